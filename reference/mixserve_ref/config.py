@@ -1,0 +1,133 @@
+"""config.json of a mixserve model (docs/model-format.md): parse, validate, write."""
+import json
+import math
+from dataclasses import dataclass, field, asdict
+
+MIXERS = ("attention", "aft_simple", "aft_local", "aft_full", "retnet", "she", "he", "we", "me",
+          "rwkv", "linear", "performer")
+
+# Per-mixer parameters and their defaults; None means "derived from the model" (see layer()).
+MIXER_PARAMS = {
+    "attention": {"heads": 1, "rope": False, "rope_base": 10000.0},
+    "aft_simple": {},
+    "aft_local": {"window": 32},
+    "aft_full": {},
+    "retnet": {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5},
+    "she": {"window": None, "out_proj": True},
+    "he": {"window": None, "out_proj": True},
+    "we": {"window": None, "out_proj": True},
+    "me": {"window": None},
+    "rwkv": {},
+    "linear": {"heads": 1, "eps": 1e-6},
+    "performer": {"heads": 1, "features": None, "eps": 1e-6},
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    ffn_dim: int
+    max_seq_len: int
+    layers: list
+    position: str = "learned"
+    embed_scale: float = 1.0
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    activation: str = "relu"
+    ffn: str = "mlp"
+    bias: bool = True
+    tie_embeddings: bool = True
+    embed_norm: bool = False
+    bos_id: int = -1
+    eos_id: int = -1
+
+    def __post_init__(self):
+        self.layers = [self._complete(i, dict(l)) for i, l in enumerate(self.layers)]
+        self.validate()
+
+    def _complete(self, i, layer):
+        kind = layer.get("mixer")
+        if kind not in MIXER_PARAMS:
+            raise ConfigError(f"layers[{i}].mixer: unknown mixer {kind!r} (known: {', '.join(MIXERS)})")
+        params = MIXER_PARAMS[kind]
+        unknown = set(layer) - set(params) - {"mixer"}
+        if unknown:
+            raise ConfigError(f"layers[{i}] ({kind}): unknown keys {sorted(unknown)}")
+        out = {"mixer": kind}
+        for k, default in params.items():
+            v = layer.get(k, default)
+            if v is None and k == "window":
+                v = self.max_seq_len
+            if v is None and k == "features":
+                v = self.d_model // layer.get("heads", params["heads"])
+            out[k] = v
+        return out
+
+    def validate(self):
+        for k in ("vocab_size", "d_model", "n_layers", "ffn_dim", "max_seq_len"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+        if self.n_layers != len(self.layers):
+            raise ConfigError(f"n_layers is {self.n_layers} but layers has {len(self.layers)} entries")
+        if self.position not in ("learned", "sinusoidal", "none"):
+            raise ConfigError(f"position must be learned, sinusoidal or none, got {self.position!r}")
+        if self.norm != "layernorm":
+            raise ConfigError(f"norm must be layernorm, got {self.norm!r}")
+        if self.activation not in ("relu", "gelu_tanh"):
+            raise ConfigError(f"activation must be relu or gelu_tanh, got {self.activation!r}")
+        if self.ffn not in ("mlp", "rwkv_channel_mix"):
+            raise ConfigError(f"ffn must be mlp or rwkv_channel_mix, got {self.ffn!r}")
+        if self.position == "sinusoidal" and self.d_model % 2:
+            raise ConfigError("sinusoidal positions need an even d_model")
+        for i, l in enumerate(self.layers):
+            if "heads" in l:
+                if not isinstance(l["heads"], int) or l["heads"] <= 0 or self.d_model % l["heads"]:
+                    raise ConfigError(f"layers[{i}].heads={l['heads']} must divide d_model={self.d_model}")
+                h = self.d_model // l["heads"]
+                if (l.get("rope") or l["mixer"] == "retnet") and h % 2:
+                    raise ConfigError(f"layers[{i}]: RoPE needs an even head size, got {h}")
+            if "window" in l:
+                w = l["window"]
+                if not isinstance(w, int) or not 1 <= w <= self.max_seq_len:
+                    raise ConfigError(f"layers[{i}].window={w} must be in [1, max_seq_len={self.max_seq_len}]")
+            if "features" in l and (not isinstance(l["features"], int) or l["features"] <= 0):
+                raise ConfigError(f"layers[{i}].features must be a positive integer")
+
+    def head_dim(self, i):
+        return self.d_model // self.layers[i].get("heads", 1)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"config.json: unknown keys {sorted(unknown)}")
+        missing = {"vocab_size", "d_model", "n_layers", "ffn_dim", "max_seq_len", "layers"} - set(d)
+        if missing:
+            raise ConfigError(f"config.json: missing keys {sorted(missing)}")
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path):
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+
+def paper_embed_scale(d):
+    """The Extractor paper multiplies embeddings by sqrt(d) (Vaswani et al.)."""
+    return math.sqrt(d)

@@ -1,0 +1,58 @@
+"""Pieces shared by several mixers: projections, RoPE, the 'very negative' max sentinel."""
+import torch
+import torch.nn as nn
+
+# Initial value of running maxima (AFT, RWKV's pp). Finite on purpose: exp(NEG_BIG - k) is an
+# exact 0 and max(NEG_BIG, k) = k, with no inf arithmetic on any backend (as Hugging Face's RWKV).
+NEG_BIG = -1e38
+
+
+def linear(cfg, d_in=None, d_out=None):
+    d = cfg.d_model
+    return nn.Linear(d_in or d, d_out or d, bias=cfg.bias)
+
+
+def rope_angles(positions, head_dim, base):
+    """cos, sin of shape [len(positions), head_dim] for rotate-half RoPE."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos().float(), ang.sin().float()
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x [..., T, h] with cos/sin [T, h]."""
+    return x * cos + rotate_half(x) * sin
+
+
+def split_heads(x, n):
+    """[B, T, d] -> [B, n, T, h]."""
+    B, T, d = x.shape
+    return x.view(B, T, n, d // n).transpose(1, 2)
+
+
+def merge_heads(x):
+    """[B, n, T, h] -> [B, T, d]."""
+    B, n, T, h = x.shape
+    return x.transpose(1, 2).reshape(B, T, n * h)
+
+
+def causal_lags(x, window):
+    """[B, T, d] -> [B, T, W, d] with out[:, t, λ] = x[:, t-λ] (zero where t-λ < 0)."""
+    B, T, d = x.shape
+    padded = torch.cat([x.new_zeros(B, window - 1, d), x], dim=1)  # position p at index p+W-1
+    # index t+W-1-λ for λ in 0..W-1
+    idx = (torch.arange(T)[:, None] + window - 1 - torch.arange(window)[None, :]).to(x.device)
+    return padded[:, idx]
+
+
+def ring_lags(ring, pos, window):
+    """Entries of a ring buffer [B, W, d] ordered by lag: [B, L, d], L = min(pos+1, W), lag 0 first."""
+    lags = min(pos + 1, window)
+    slots = [(pos - lag) % window for lag in range(lags)]
+    return ring[:, slots]

@@ -1,0 +1,79 @@
+"""Linear attention (Katharopoulos et al. 2020) and Performer's FAVOR+ (Choromanski et al. 2021).
+
+Per head: S ← S + φ(k)ᵀ v, z ← z + φ(k); o = φ(q) S / (φ(q)·z + ε); y = o W_o.
+linear: φ(x) = elu(x) + 1. performer: φ(x) = exp(ω x' − |x'|²/2) / √m with x' = x h^{−1/4} and
+ω ∈ R^{m×h} the stored random projection. The positive features are bounded by e^{|ω_i|²/2}, so
+no data-dependent stabiliser (which would break the exact recurrence) is needed.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .common import linear, merge_heads, split_heads
+
+
+class LinearAttention(nn.Module):
+    def __init__(self, cfg, p):
+        super().__init__()
+        self.n, self.h, self.eps = p["heads"], cfg.d_model // p["heads"], p["eps"]
+        self.q, self.k, self.v, self.o = (linear(cfg) for _ in range(4))
+
+    def feature_map(self, x):
+        return F.elu(x) + 1
+
+    def n_features(self):
+        return self.h
+
+    def _phi_qkv(self, x):
+        q, k, v = (split_heads(f(x), self.n) for f in (self.q, self.k, self.v))
+        return self.feature_map(q), self.feature_map(k), v
+
+    def forward(self, x):
+        fq, fk, v = self._phi_qkv(x)
+        T = x.shape[1]
+        a = (fq @ fk.transpose(-1, -2)).tril()  # [B, n, T, T]
+        return self.o(merge_heads((a @ v) / (a.sum(-1, keepdim=True) + self.eps)))
+
+    def init_state(self, B, device):
+        m = self.n_features()
+        return {"S": torch.zeros(B, self.n, m, self.h, device=device),
+                "z": torch.zeros(B, self.n, m, device=device)}
+
+    def step(self, x, state, pos):
+        fq, fk, v = self._phi_qkv(x[:, None])  # [B, n, 1, ·]
+        state["S"] = state["S"] + fk.transpose(-1, -2) @ v
+        state["z"] = state["z"] + fk[:, :, 0]
+        num = fq @ state["S"]  # [B, n, 1, h]
+        den = (fq[:, :, 0] * state["z"]).sum(-1)[..., None, None] + self.eps
+        return self.o(merge_heads(num / den))[:, 0]
+
+
+class Performer(LinearAttention):
+    def __init__(self, cfg, p):
+        super().__init__(cfg, p)
+        self.m = p["features"]
+        # stored in the weights as `features` so every backend uses the same draw; not trained
+        self.features = nn.Parameter(orthogonal_gaussian(self.m, self.h), requires_grad=False)
+
+    def n_features(self):
+        return self.m
+
+    def feature_map(self, x):
+        x = x * self.h ** -0.25
+        proj = x @ self.features.t()  # [..., m]
+        return torch.exp(proj - (x * x).sum(-1, keepdim=True) / 2) / math.sqrt(self.m)
+
+
+def orthogonal_gaussian(m, h, generator=None):
+    """FAVOR+ orthogonal random features: blocks of orthogonal rows, norms of Gaussian vectors."""
+    blocks, left = [], m
+    while left > 0:
+        g = torch.randn(h, h, generator=generator)
+        q, _ = torch.linalg.qr(g)
+        blocks.append(q.t()[: min(left, h)])
+        left -= h
+    w = torch.cat(blocks)
+    norms = torch.randn(m, h, generator=generator).norm(dim=1, keepdim=True)
+    return w * norms

@@ -1,0 +1,58 @@
+"""Helpers for tests and golden fixtures: random configs and weights that exercise every term."""
+import torch
+
+from .config import MIXERS, ModelConfig
+
+
+def layer_params(kind, gen, d, max_seq_len):
+    """Random but valid parameters for one layer of the given mixer kind."""
+    pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=gen))]
+    heads = pick([h for h in (1, 2, 4) if d % h == 0 and (d // h) % 2 == 0])
+    p = {"mixer": kind}
+    if kind in ("attention", "retnet", "linear", "performer"):
+        p["heads"] = heads
+    if kind == "attention":
+        p["rope"] = bool(torch.randint(2, (1,), generator=gen))
+    if kind in ("she", "he", "we", "me"):
+        p["window"] = pick([3, 5, 8])
+    if kind in ("she", "he", "we"):
+        p["out_proj"] = bool(torch.randint(2, (1,), generator=gen))
+    if kind == "aft_local":
+        p["window"] = pick([2, 4, 6])
+    if kind == "performer":
+        p["features"] = pick([4, 8, 16])
+    return p
+
+
+def random_config(kinds, gen, d=16, vocab=61, max_seq_len=40, **overrides):
+    """A small config with one layer per entry of kinds; ffn follows RWKV when all layers are rwkv."""
+    ffn = "rwkv_channel_mix" if all(k == "rwkv" for k in kinds) else "mlp"
+    kw = dict(vocab_size=vocab, d_model=d, n_layers=len(kinds), ffn_dim=2 * d, max_seq_len=max_seq_len,
+              layers=[layer_params(k, gen, d, max_seq_len) for k in kinds], ffn=ffn)
+    kw.update(overrides)
+    return ModelConfig(**kw)
+
+
+def randomize(model, gen, scale=1.0):
+    """Give every parameter a non-trivial value (norm gains ≠ 1, biases ≠ 0, weights ~ 1/sqrt(fan_in))
+    so that a backend that drops or mis-indexes any term fails the comparison."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if p.dim() >= 2 and leaf != "pos_bias" and leaf != "features":
+                fan_in = p.shape[-1] if leaf != "ext" else p.shape[-2]
+                p.copy_(torch.randn(p.shape, generator=gen) * scale / fan_in ** 0.5)
+            elif leaf == "features":
+                continue  # already a proper FAVOR+ draw
+            elif ".ln" in name or name.startswith(("norm_f", "embed_norm")):
+                p.copy_((1.0 if leaf == "weight" else 0.0) + 0.2 * torch.randn(p.shape, generator=gen))
+            elif leaf.startswith("time_mix"):
+                p.copy_(torch.rand(p.shape, generator=gen))
+            elif leaf == "time_decay":
+                p.copy_(torch.randn(p.shape, generator=gen) - 0.5)
+            else:  # biases, pos_bias, ext vectors/scalars, time_first
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+ALL_MIXERS = MIXERS
