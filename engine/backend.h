@@ -1,0 +1,53 @@
+// The interface between the engine (scheduler, sampler) and a compute backend (CPU, CUDA).
+// Everything a forward pass needs travels as plain arrays: tokens, sequence boundaries,
+// positions and the page tables of every sequence's state, so a GPU backend can copy them
+// to the device as they are.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model_config.h"
+#include "engine/state_layout.h"
+
+namespace mixserve {
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // every row, sequence after sequence
+  std::vector<int32_t> row_start;  // [n_seq + 1] offsets into tokens
+  std::vector<int32_t> pos0;       // [n_seq] position of each sequence's first row
+  // Page table (CSR): the pages of sequence s, layer l are
+  // pages[page_start[s * n_layers + l] .. page_start[s * n_layers + l + 1]).
+  std::vector<int32_t> page_start;
+  std::vector<int32_t> pages;
+  bool all_logits = false;  // logits for every row, not only each sequence's last row
+
+  int n_seq() const { return static_cast<int>(pos0.size()); }
+  // Appends one sequence; layer_pages[l] are its pages for layer l.
+  void add_sequence(const int32_t* toks, int n, int pos, const std::vector<std::vector<int32_t>>& layer_pages);
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // State layout of every layer (mixer + FFN), which fixes how many floats each state needs.
+  virtual const std::vector<StateLayout>& state_layouts() const = 0;
+  virtual int32_t page_floats() const = 0;
+  virtual int32_t total_pages() const = 0;
+
+  // Runs the model over the batch, updating every sequence's state; logits gets
+  // [n_seq or rows, vocab_size] floats.
+  virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+
+  // Writes the initial state (zeros, or the running-max sentinel) of layer `layer` into pages.
+  virtual void init_state(int layer, const std::vector<int32_t>& pages) = 0;
+  // Page contents to and from host memory (snapshots, swapping, tests) and page to page copies.
+  virtual void read_pages(const std::vector<int32_t>& pages, float* host) const = 0;
+  virtual void write_pages(const std::vector<int32_t>& pages, const float* host) = 0;
+  virtual void copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) = 0;
+};
+
+}  // namespace mixserve

@@ -1,0 +1,151 @@
+#include "engine/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "engine/ffn.h"
+#include "engine/mixers/registry.h"
+
+namespace mixserve {
+
+StateLayout layer_state_layout(const ModelConfig& cfg, int layer) {
+  const LayerConfig& lc = cfg.layers[layer];
+  StateLayout s = mixer_info(lc.kind).state(cfg, lc);
+  s.append(ffn_state(cfg), "ffn.", cfg.d_model);
+  return s;
+}
+
+namespace {
+std::vector<float> sinusoidal_positions(int64_t T, int64_t d) {
+  std::vector<float> pe(T * d);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < d; i += 2) {
+      double a = t * std::pow(10000.0, -static_cast<double>(i) / d);
+      pe[t * d + i] = static_cast<float>(std::sin(a));
+      pe[t * d + i + 1] = static_cast<float>(std::cos(a));
+    }
+  return pe;
+}
+}  // namespace
+
+CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& w, const CpuBackendOptions& opts)
+    : cfg_(cfg),
+      threads_(opts.threads > 0 ? opts.threads
+                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+  const int64_t d = cfg.d_model;
+  page_floats_ = opts.page_floats > 0 ? opts.page_floats : static_cast<int32_t>(d);
+  if (page_floats_ % d != 0)
+    throw std::invalid_argument("page_floats must be a multiple of d_model");
+  total_pages_ = static_cast<int32_t>(opts.pool_bytes / (sizeof(float) * page_floats_));
+  memory_.assign(static_cast<size_t>(total_pages_) * page_floats_, 0.0f);
+
+  embed_ = w.get("embed.weight");
+  if (cfg.position == PositionKind::kLearned) pos_embed_ = w.get("pos_embed.weight");
+  if (cfg.position == PositionKind::kSinusoidal) sinusoid_ = sinusoidal_positions(cfg.max_seq_len, d);
+  if (cfg.embed_norm) {
+    embed_norm_w_ = w.get("embed_norm.weight");
+    embed_norm_b_ = w.get("embed_norm.bias");
+  }
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    const LayerConfig& lc = cfg.layers[i];
+    layouts_.push_back(layer_state_layout(cfg, i));
+    const int64_t ffn_offset = mixer_info(lc.kind).state(cfg, lc).fixed_floats;
+    layers_.push_back({w.get(p + "ln1.weight"), w.get(p + "ln1.bias"), w.get(p + "ln2.weight"),
+                       w.get(p + "ln2.bias"),
+                       mixer_info(lc.kind).make_cpu(cfg, lc, w, p + "mixer."),
+                       make_cpu_ffn(cfg, w, p + "ffn.", ffn_offset)});
+  }
+  norm_f_w_ = w.get("norm_f.weight");
+  norm_f_b_ = w.get("norm_f.bias");
+  head_ = PackedWeight(cfg.tie_embeddings ? embed_ : w.get("head.weight"),
+                       cfg.bias ? w.get("head.bias") : nullptr, cfg.vocab_size, d);
+}
+
+void CpuBackend::embed(const ForwardBatch& b, float* x) const {
+  const int64_t d = cfg_.d_model;
+  for (int s = 0; s < b.n_seq(); ++s)
+    for (int32_t r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+      const int32_t tok = b.tokens[r], pos = b.pos0[s] + (r - b.row_start[s]);
+      if (tok < 0 || tok >= cfg_.vocab_size) throw std::out_of_range("token id out of range");
+      if (pos >= cfg_.max_seq_len) throw std::out_of_range("position exceeds max_seq_len");
+      const float* e = embed_ + static_cast<int64_t>(tok) * d;
+      const float* p = pos_embed_ ? pos_embed_ + static_cast<int64_t>(pos) * d
+                       : sinusoid_.empty() ? nullptr
+                                           : sinusoid_.data() + static_cast<int64_t>(pos) * d;
+      float* xr = x + static_cast<int64_t>(r) * d;
+      for (int64_t i = 0; i < d; ++i) xr[i] = cfg_.embed_scale * e[i] + (p ? p[i] : 0.0f);
+    }
+  if (cfg_.embed_norm) layer_norm(x, b.tokens.size(), d, embed_norm_w_, embed_norm_b_, cfg_.norm_eps, x);
+}
+
+void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
+  const int64_t d = cfg_.d_model, rows = static_cast<int64_t>(b.tokens.size());
+  const int n_seq = b.n_seq();
+  x_.resize(rows * d);
+  xn_.resize(rows * d);
+  y_.resize(rows * d);
+  embed(b, x_.data());
+  CpuContext ctx{&threads_};
+  std::vector<StateView> views(n_seq);
+  SeqBatch sb{n_seq, b.row_start.data(), b.pos0.data(), views.data()};
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    for (int s = 0; s < n_seq; ++s) {
+      const int32_t begin = b.page_start[s * cfg_.n_layers + l];
+      const int32_t end = b.page_start[s * cfg_.n_layers + l + 1];
+      views[s] = {memory_.data(), b.pages.data() + begin, end - begin, page_floats_};
+    }
+    Layer& L = layers_[l];
+    layer_norm(x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());
+    L.mixer->forward(sb, xn_.data(), y_.data(), ctx);
+    for (int64_t i = 0; i < rows * d; ++i) x_[i] += y_[i];
+    layer_norm(x_.data(), rows, d, L.ln2_w, L.ln2_b, cfg_.norm_eps, xn_.data());
+    L.ffn->forward(sb, xn_.data(), y_.data(), ctx);
+    for (int64_t i = 0; i < rows * d; ++i) x_[i] += y_[i];
+  }
+  // Head over every row or over each sequence's last row.
+  const float* src = x_.data();
+  int64_t out_rows = rows;
+  if (!b.all_logits) {
+    last_.resize(n_seq * d);
+    for (int s = 0; s < n_seq; ++s)
+      std::memcpy(&last_[s * d], &x_[(b.row_start[s + 1] - 1) * d], sizeof(float) * d);
+    src = last_.data();
+    out_rows = n_seq;
+  }
+  xn_.resize(std::max<int64_t>(out_rows, 1) * d);
+  layer_norm(src, out_rows, d, norm_f_w_, norm_f_b_, cfg_.norm_eps, xn_.data());
+  logits.resize(out_rows * cfg_.vocab_size);
+  head_.multiply(xn_.data(), out_rows, logits.data(), ctx.pool);
+}
+
+void CpuBackend::init_state(int layer, const std::vector<int32_t>& pages) {
+  const StateLayout& s = layouts_[layer];
+  StateView v{memory_.data(), pages.data(), static_cast<int32_t>(pages.size()), page_floats_};
+  for (const int32_t p : pages) std::memset(page(p), 0, sizeof(float) * page_floats_);
+  for (const StateTensor& t : s.tensors) {
+    if (t.per_token || t.init == 0.0f) continue;
+    int64_t n = 1;
+    for (int64_t e : t.shape) n *= e;
+    for (int64_t i = 0; i < n; ++i) *v.at(t.offset + i) = t.init;
+  }
+}
+
+void CpuBackend::read_pages(const std::vector<int32_t>& pages, float* host) const {
+  for (size_t i = 0; i < pages.size(); ++i)
+    std::memcpy(host + i * page_floats_, page(pages[i]), sizeof(float) * page_floats_);
+}
+
+void CpuBackend::write_pages(const std::vector<int32_t>& pages, const float* host) {
+  for (size_t i = 0; i < pages.size(); ++i)
+    std::memcpy(page(pages[i]), host + i * page_floats_, sizeof(float) * page_floats_);
+}
+
+void CpuBackend::copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
+  for (size_t i = 0; i < from.size(); ++i)
+    std::memcpy(page(to[i]), page(from[i]), sizeof(float) * page_floats_);
+}
+
+}  // namespace mixserve

@@ -1,0 +1,40 @@
+// y = x·Wᵀ (+ b) with every output summed in one fixed order: acc = fma(x[k], W[n, k], acc)
+// for k = 0, 1, …, K−1. A row's result therefore never depends on how many rows are in the
+// batch, where it sits in it, or how the work is split over threads — which is what batch
+// invariance and decode == prefill need. OpenBLAS does not give that: its sgemm takes different
+// code paths by matrix size (measured: row 0 of an M = 1 product differs from M = 16 for
+// N = 96…1024, K = 128 with Debian's 0.3.21; tests/engine/test_gemm.cc keeps that measurement).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace mixserve {
+
+class ThreadPool;
+
+// W [n_out, k] repacked into panels of kPanel output columns, k-major inside a panel, so the
+// kernel streams it contiguously. Built once per weight.
+class PackedWeight {
+ public:
+  static constexpr int64_t kPanel = 16;
+  PackedWeight() = default;
+  PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k);
+  int64_t n_out() const { return n_out_; }
+  int64_t k() const { return k_; }
+  bool empty() const { return n_out_ == 0; }
+
+  // y[rows, n_out] = x[rows, k]·Wᵀ + b.
+  void multiply(const float* x, int64_t rows, float* y, ThreadPool* pool) const;
+
+ private:
+  int64_t n_out_ = 0, k_ = 0;
+  std::vector<float> panels_;  // [ceil(n_out / kPanel)][k][kPanel]
+  std::vector<float> bias_;
+};
+
+// Which kernel runs: "avx2-fma" or "scalar-fma" (same results bit for bit).
+const char* gemm_kernel_name();
+void gemm_force_scalar(bool scalar);  // for tests
+
+}  // namespace mixserve

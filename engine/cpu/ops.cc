@@ -1,0 +1,32 @@
+#include "engine/cpu/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace mixserve {
+
+void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps,
+                float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < d; ++i) mean += xr[i];
+    mean /= d;
+    for (int64_t i = 0; i < d; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= d;
+    float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+    float m = static_cast<float>(mean);
+    for (int64_t i = 0; i < d; ++i) {
+      float v = (xr[i] - m) * inv;
+      yr[i] = w ? v * w[i] + (b ? b[i] : 0.0f) : v;
+    }
+  }
+}
+
+float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace mixserve

@@ -1,0 +1,21 @@
+// The two FFNs of DESIGN §4 (mlp and RWKV-4's channel mix) on the CPU, their weights and state.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/layer_part.h"
+#include "engine/model_config.h"
+#include "engine/state_layout.h"
+
+namespace mixserve {
+
+// Tensors under "layers.{i}.ffn." (relative names).
+std::vector<WeightSpec> ffn_weights(const ModelConfig& cfg);
+StateLayout ffn_state(const ModelConfig& cfg);
+// state_offset: where the FFN's state starts inside the layer's fixed state region.
+std::unique_ptr<CpuLayerPart> make_cpu_ffn(const ModelConfig& cfg, const WeightSource& weights,
+                                           const std::string& prefix, int64_t state_offset);
+
+}  // namespace mixserve

@@ -1,0 +1,69 @@
+#include "engine/mixers/registry.h"
+
+#include <stdexcept>
+
+#include "engine/mixers/aft/aft.h"
+#include "engine/mixers/attention/attention.h"
+#include "engine/mixers/extractors/extractors.h"
+#include "engine/mixers/linear/linear.h"
+#include "engine/mixers/retnet/retnet.h"
+#include "engine/mixers/rwkv/rwkv.h"
+
+namespace mixserve {
+
+namespace {
+const MixerKindInfo kMixers[] = {
+    {MixerKind::kAttention, attention_weights, attention_state, attention_cost, make_cpu_attention},
+    {MixerKind::kAftSimple, aft_weights, aft_state, aft_cost, make_cpu_aft},
+    {MixerKind::kAftLocal, aft_weights, aft_state, aft_cost, make_cpu_aft},
+    {MixerKind::kAftFull, aft_weights, aft_state, aft_cost, make_cpu_aft},
+    {MixerKind::kRetnet, retnet_weights, retnet_state, retnet_cost, make_cpu_retnet},
+    {MixerKind::kShe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
+    {MixerKind::kHe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
+    {MixerKind::kWe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
+    {MixerKind::kMe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
+    {MixerKind::kRwkv, rwkv_weights, rwkv_state, rwkv_cost, make_cpu_rwkv},
+    {MixerKind::kLinear, linear_weights, linear_state, linear_cost, make_cpu_linear},
+    {MixerKind::kPerformer, linear_weights, linear_state, linear_cost, make_cpu_linear},
+};
+}  // namespace
+
+const MixerKindInfo& mixer_info(MixerKind kind) {
+  for (const MixerKindInfo& m : kMixers)
+    if (m.kind == kind) return m;
+  throw std::logic_error("mixer kind missing from the registry");
+}
+
+int OpCost::depth() const {
+  if (critical_path.empty()) return 0;
+  int n = 1;
+  for (char c : critical_path) n += c == '-';
+  return n;
+}
+
+void add_linear_spec(std::vector<WeightSpec>& specs, const std::string& name, int64_t out,
+                     int64_t in, bool bias) {
+  specs.push_back({name + ".weight", {out, in}});
+  if (bias) specs.push_back({name + ".bias", {out}});
+}
+
+PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t out, int64_t in,
+                         bool bias) {
+  return PackedWeight(w.get(name + ".weight"), bias ? w.get(name + ".bias") : nullptr, out, in);
+}
+
+PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
+                        const std::vector<std::string>& names, int64_t out, int64_t in, bool bias) {
+  std::vector<float> weight, b;
+  for (const std::string& n : names) {
+    const float* part = w.get(prefix + n + ".weight");
+    weight.insert(weight.end(), part, part + out * in);
+    if (bias) {
+      const float* pb = w.get(prefix + n + ".bias");
+      b.insert(b.end(), pb, pb + out);
+    }
+  }
+  return PackedWeight(weight.data(), bias ? b.data() : nullptr, out * static_cast<int64_t>(names.size()), in);
+}
+
+}  // namespace mixserve

@@ -1,0 +1,48 @@
+// The mixer table: everything the engine knows about a mixer kind comes from its entry here.
+// Adding a mixer = one folder under engine/mixers/ plus one line in registry.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/gemm.h"
+#include "engine/cpu/ops.h"
+#include "engine/layer_part.h"
+#include "engine/model_config.h"
+#include "engine/state_layout.h"
+
+namespace mixserve {
+
+// Analytic cost of one token at 1-based position t (docs/cost-model.md).
+struct OpCost {
+  int64_t mul = 0, add = 0, div = 0, exp = 0;
+  std::string critical_path;  // e.g. "mul-cum-mul-mul-cum"
+  int depth() const;          // number of stages on the critical path
+};
+
+struct MixerKindInfo {
+  MixerKind kind;
+  // Tensors under "layers.{i}.mixer." (relative names such as "q.weight").
+  std::vector<WeightSpec> (*weights)(const ModelConfig& cfg, const LayerConfig& layer);
+  StateLayout (*state)(const ModelConfig& cfg, const LayerConfig& layer);
+  OpCost (*cost)(const ModelConfig& cfg, const LayerConfig& layer, int64_t t);
+  // prefix is "layers.{i}.mixer."
+  std::unique_ptr<CpuLayerPart> (*make_cpu)(const ModelConfig& cfg, const LayerConfig& layer,
+                                            const WeightSource& weights, const std::string& prefix);
+};
+
+const MixerKindInfo& mixer_info(MixerKind kind);
+
+// {name.weight [out, in]} plus {name.bias [out]} when the model has biases.
+void add_linear_spec(std::vector<WeightSpec>& specs, const std::string& name, int64_t out,
+                     int64_t in, bool bias);
+// The projection `name` (weight [out, in], bias when the model has them), packed for the CPU.
+PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t out, int64_t in,
+                         bool bias);
+// Several projections of the same input stacked into one [Σ out, in] weight, so e.g. q, k and v
+// come out of one GEMM (output columns in the order of names).
+PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
+                        const std::vector<std::string>& names, int64_t out, int64_t in, bool bias);
+
+}  // namespace mixserve

@@ -1,0 +1,70 @@
+// A memory-mapped safetensors file (8-byte little-endian header length, JSON header, raw
+// little-endian data), validated completely on open: every failure is one ModelError naming
+// the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/model_error.h"
+
+namespace mixserve {
+
+enum class DType { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool };
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+
+struct TensorView {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // into the mapping
+  size_t bytes = 0;
+  int64_t numel() const;
+};
+
+class SafetensorsFile {
+ public:
+  static constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+  // Maps and validates the file; throws ModelError.
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  SafetensorsFile(SafetensorsFile&& other) noexcept;
+
+  const std::string& path() const { return path_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  const TensorView* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Element-wise conversions to float32 (exact: every F16/BF16 value is a float32 value).
+float half_to_float(uint16_t h);
+float bfloat16_to_float(uint16_t b);
+uint16_t float_to_half(float f);  // round to nearest even (for tests and writers)
+// The tensor as float32: F32 copied, F16/BF16 converted; other dtypes throw ModelError.
+std::vector<float> to_float32(const TensorView& t);
+
+// Writes a safetensors file (sorted by name; for tests and tools).
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace mixserve

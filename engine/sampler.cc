@@ -1,0 +1,130 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace mixserve {
+
+std::string SamplingParams::validate(int vocab_size) const {
+  auto bad = [](const char* name, const char* rule) { return std::string(name) + " " + rule; };
+  if (!std::isfinite(temperature) || temperature < 0 || temperature > 100)
+    return bad("temperature", "must be in [0, 100]");
+  if (top_k < 0 || top_k > vocab_size) return bad("top_k", "must be in [0, vocab_size]");
+  if (!(top_p > 0 && top_p <= 1)) return bad("top_p", "must be in (0, 1]");
+  if (!(min_p >= 0 && min_p <= 1)) return bad("min_p", "must be in [0, 1]");
+  if (!(repetition_penalty > 0 && repetition_penalty <= 10))
+    return bad("repetition_penalty", "must be in (0, 10]");
+  if (!(presence_penalty >= -2 && presence_penalty <= 2))
+    return bad("presence_penalty", "must be in [-2, 2]");
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2))
+    return bad("frequency_penalty", "must be in [-2, 2]");
+  if (logprobs < 0 || logprobs > 20) return bad("logprobs", "must be in [0, 20]");
+  return "";
+}
+
+void TokenHistory::init(const std::vector<int32_t>& prompt, int vocab_size) {
+  seen.assign(vocab_size, 0);
+  output_counts.clear();
+  for (int32_t t : prompt)
+    if (t >= 0 && t < vocab_size) seen[t] = 1;
+}
+
+void TokenHistory::add_output(int32_t token) {
+  ++output_counts[token];
+  if (token >= 0 && token < static_cast<int32_t>(seen.size())) seen[token] = 1;
+}
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+double counter_uniform(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = splitmix64(splitmix64(seed) ^ splitmix64(counter + 0x632BE59BD9B4E019ull));
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
+}
+
+SampledToken sample_token(const float* logits, int vocab, const SamplingParams& p,
+                          const TokenHistory& history, uint64_t step) {
+  SampledToken out;
+  // Log-probabilities of the model's own distribution (reported as logprobs, vLLM's default).
+  std::vector<double> raw(logits, logits + vocab);
+  const double raw_max = *std::max_element(raw.begin(), raw.end());
+  double raw_sum = 0;
+  for (double v : raw) raw_sum += std::exp(v - raw_max);
+  const double raw_lse = raw_max + std::log(raw_sum);
+
+  // Penalties.
+  std::vector<double> z = raw;
+  if (p.repetition_penalty != 1.0f && !history.seen.empty())
+    for (int i = 0; i < vocab; ++i)
+      if (history.seen[i]) z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
+  for (const auto& [tok, count] : history.output_counts)
+    if (tok >= 0 && tok < vocab) z[tok] -= p.presence_penalty + p.frequency_penalty * count;
+
+  int32_t chosen;
+  if (p.temperature == 0.0f) {  // greedy: lowest id among equal maxima
+    chosen = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+  } else {
+    // Candidates by probability (ties by id), truncated by top-k, top-p, min-p.
+    std::vector<int32_t> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    const double zmax = *std::max_element(z.begin(), z.end());
+    std::vector<double> prob(vocab);
+    double sum = 0;
+    for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp((z[i] - zmax) / p.temperature));
+    for (double& v : prob) v /= sum;
+    auto better = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
+    int64_t keep = vocab;
+    if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
+    const bool need_order = keep < vocab || p.top_p < 1.0f;
+    if (need_order) {
+      std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), better);
+      if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+        double mass = 0;
+        int64_t n = 0;
+        while (n < keep) {
+          mass += prob[ids[n++]];
+          if (mass >= p.top_p) break;
+        }
+        keep = n;
+      }
+    }
+    ids.resize(keep);
+    if (p.min_p > 0.0f) {
+      const double top = need_order ? prob[ids[0]] : *std::max_element(prob.begin(), prob.end());
+      ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t i) { return prob[i] < p.min_p * top; }),
+                ids.end());
+    }
+    double mass = 0;
+    for (int32_t i : ids) mass += prob[i];
+    const double u = counter_uniform(p.seed, step) * mass;
+    double acc = 0;
+    chosen = ids.back();
+    for (int32_t i : ids) {
+      acc += prob[i];
+      if (u < acc) {
+        chosen = i;
+        break;
+      }
+    }
+  }
+  out.token = chosen;
+  out.logprob = static_cast<float>(raw[chosen] - raw_lse);
+  if (p.logprobs > 0) {
+    std::vector<int32_t> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    const int n = std::min(p.logprobs, vocab);
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                      [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
+    for (int i = 0; i < n; ++i) out.top.emplace_back(ids[i], static_cast<float>(raw[ids[i]] - raw_lse));
+  }
+  return out;
+}
+
+}  // namespace mixserve

@@ -1,0 +1,50 @@
+// Turns one row of logits into the next token, per request: penalties, temperature, top-k,
+// top-p, min-p, then a draw from a counter-based RNG keyed by (seed, step). Nothing depends on
+// other requests in the batch, so a seeded request samples the same tokens alone or batched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace mixserve {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;  // on prompt and output tokens (vLLM/HF convention)
+  float presence_penalty = 0.0f;    // on output tokens (OpenAI convention)
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  int logprobs = 0;  // how many top alternatives to report with each token (0..20)
+
+  // Empty when valid, else a message naming the bad parameter.
+  std::string validate(int vocab_size) const;
+};
+
+// Token counts a request has seen, for the penalties.
+struct TokenHistory {
+  std::unordered_map<int32_t, int32_t> output_counts;
+  std::vector<char> seen;  // [vocab] prompt or output token seen (repetition penalty)
+  void init(const std::vector<int32_t>& prompt, int vocab_size);
+  void add_output(int32_t token);
+};
+
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.0f;                              // of `token` under the model's distribution
+  std::vector<std::pair<int32_t, float>> top;        // top `logprobs` alternatives, best first
+};
+
+// Uniform double in [0, 1) from (seed, counter): SplitMix64 finalisers, no hidden state.
+double counter_uniform(uint64_t seed, uint64_t counter);
+
+// Samples from logits[vocab] (not modified). step is the index of the generated token.
+SampledToken sample_token(const float* logits, int vocab, const SamplingParams& params,
+                          const TokenHistory& history, uint64_t step);
+
+}  // namespace mixserve

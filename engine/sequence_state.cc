@@ -1,0 +1,49 @@
+#include "engine/sequence_state.h"
+
+namespace mixserve {
+
+int32_t StateAllocator::layer_pages_for(int layer, int64_t tokens) const {
+  const int64_t floats = backend_.state_layouts()[layer].floats_for(tokens);
+  const int64_t pf = backend_.page_floats();
+  return static_cast<int32_t>((floats + pf - 1) / pf);
+}
+
+int32_t StateAllocator::pages_for(int64_t tokens) const {
+  int32_t n = 0;
+  for (int l = 0; l < backend_.config().n_layers; ++l) n += layer_pages_for(l, tokens);
+  return n;
+}
+
+bool StateAllocator::admit(SequenceState& s, int64_t tokens) {
+  const int L = backend_.config().n_layers;
+  if (pages_for(tokens) > pool_.free_count()) return false;
+  s.layer_pages.assign(L, {});
+  for (int l = 0; l < L; ++l) {
+    pool_.allocate(layer_pages_for(l, tokens), s.layer_pages[l]);
+    backend_.init_state(l, s.layer_pages[l]);
+  }
+  s.capacity_tokens = tokens;
+  return true;
+}
+
+bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
+  if (tokens <= s.capacity_tokens) return true;
+  const int L = backend_.config().n_layers;
+  int32_t need = 0;
+  for (int l = 0; l < L; ++l)
+    need += layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size());
+  if (need > pool_.free_count()) return false;
+  for (int l = 0; l < L; ++l)
+    pool_.allocate(layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size()),
+                   s.layer_pages[l]);
+  s.capacity_tokens = tokens;
+  return true;
+}
+
+void StateAllocator::release(SequenceState& s) {
+  for (auto& pages : s.layer_pages) pool_.release(pages);
+  s.layer_pages.clear();
+  s.capacity_tokens = 0;
+}
+
+}  // namespace mixserve

@@ -1,0 +1,41 @@
+// The pages one sequence holds, per layer, and how they are taken from and given back to the
+// pool: fixed-size states at admission, growing (K/V) states a page at a time as tokens arrive.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/page_pool.h"
+
+namespace mixserve {
+
+struct SequenceState {
+  std::vector<std::vector<int32_t>> layer_pages;  // [n_layers], logical order
+  int64_t capacity_tokens = 0;                    // tokens the pages can hold
+  bool allocated() const { return !layer_pages.empty(); }
+};
+
+class StateAllocator {
+ public:
+  StateAllocator(Backend& backend, PagePool& pool) : backend_(backend), pool_(pool) {}
+
+  // Pages layer l needs to hold `tokens` tokens.
+  int32_t layer_pages_for(int layer, int64_t tokens) const;
+  // Pages a fresh sequence needs for `tokens` tokens, over all layers.
+  int32_t pages_for(int64_t tokens) const;
+  // Allocates and initialises a fresh state for `tokens` tokens; false (nothing taken) if the
+  // pool is short.
+  bool admit(SequenceState& s, int64_t tokens);
+  // Makes room for `tokens` tokens in total; false (nothing taken) if the pool is short.
+  bool grow(SequenceState& s, int64_t tokens);
+  void release(SequenceState& s);
+  Backend& backend() { return backend_; }
+  PagePool& pool() { return pool_; }
+
+ private:
+  Backend& backend_;
+  PagePool& pool_;
+};
+
+}  // namespace mixserve

@@ -1,0 +1,101 @@
+#include "tests/support/golden.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace mixserve::testing {
+
+std::string golden_dir() { return std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden"; }
+
+std::vector<std::string> golden_names() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(golden_dir()))
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Fixture load_fixture(const std::string& name) {
+  Fixture f;
+  f.name = name;
+  f.dir = golden_dir() + "/" + name;
+  f.cfg = load_model_config(f.dir + "/config.json");
+  f.weights = std::make_unique<ModelWeights>(
+      f.cfg, std::make_unique<SafetensorsFile>(f.dir + "/model.safetensors"));
+  std::ifstream meta_file(f.dir + "/fixture.json");
+  nlohmann::json meta = nlohmann::json::parse(meta_file);
+  f.prompt_len = meta["prompt_len"];
+  f.n_decode = meta["n_decode"];
+  f.tolerance = meta["tolerance"];
+  SafetensorsFile expected(f.dir + "/expected.safetensors");
+  for (const TensorView& t : expected.tensors()) {
+    f.shapes[t.name] = t.shape;
+    if (t.dtype == DType::kI32) {
+      f.tokens.resize(t.numel());
+      std::memcpy(f.tokens.data(), t.data, t.bytes);
+    } else {
+      f.expected[t.name] = to_float32(t);
+    }
+  }
+  return f;
+}
+
+std::vector<float> Runner::forward(const std::vector<SequenceState*>& seqs,
+                                   const std::vector<std::vector<int32_t>>& toks,
+                                   const std::vector<int>& pos, bool all_logits) {
+  ForwardBatch b;
+  b.all_logits = all_logits;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t need = pos[i] + static_cast<int64_t>(toks[i].size());
+    if (!seqs[i]->allocated() ? !alloc.admit(*seqs[i], need) : !alloc.grow(*seqs[i], need))
+      throw std::runtime_error("state pool exhausted in test");
+    b.add_sequence(toks[i].data(), static_cast<int>(toks[i].size()), pos[i], seqs[i]->layer_pages);
+  }
+  std::vector<float> logits;
+  backend.forward(b, logits);
+  return logits;
+}
+
+std::map<std::string, std::vector<float>> Runner::read_state(const SequenceState& s, int64_t tokens) {
+  std::map<std::string, std::vector<float>> out;
+  for (size_t l = 0; l < s.layer_pages.size(); ++l) {
+    const StateLayout& layout = backend.state_layouts()[l];
+    std::vector<float> flat(s.layer_pages[l].size() * backend.page_floats());
+    backend.read_pages(s.layer_pages[l], flat.data());
+    for (const StateTensor& t : layout.tensors) {
+      int64_t n = 1;
+      for (int64_t e : t.shape) n *= e;
+      const bool ffn = t.name.rfind("ffn.", 0) == 0;
+      const std::string key = std::to_string(l) + (ffn ? "." : ".mixer.") + t.name;
+      std::vector<float>& v = out[key];
+      if (!t.per_token) {
+        v.assign(flat.begin() + t.offset, flat.begin() + t.offset + n);
+      } else {
+        for (int64_t tok = 0; tok < tokens; ++tok) {
+          const int64_t at = layout.fixed_floats + tok * layout.token_floats + t.offset;
+          v.insert(v.end(), flat.begin() + at, flat.begin() + at + n);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+double max_abs_diff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace mixserve::testing

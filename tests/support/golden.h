@@ -1,0 +1,51 @@
+// Loads a golden fixture of tests/golden (written by reference/golden.py) and runs it through
+// a backend: shared by the CPU tests and the CUDA tests.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model_config.h"
+#include "engine/model_weights.h"
+#include "engine/page_pool.h"
+#include "engine/sequence_state.h"
+
+namespace mixserve::testing {
+
+std::string golden_dir();
+std::vector<std::string> golden_names();
+
+struct Fixture {
+  std::string name, dir;
+  ModelConfig cfg;
+  std::unique_ptr<ModelWeights> weights;
+  std::vector<int32_t> tokens;
+  int prompt_len = 0, n_decode = 0;
+  double tolerance = 0;
+  std::map<std::string, std::vector<float>> expected;  // every tensor of expected.safetensors
+  std::map<std::string, std::vector<int64_t>> shapes;
+};
+Fixture load_fixture(const std::string& name);
+
+// A backend plus its pool, with helpers to run sequences through it.
+struct Runner {
+  Backend& backend;
+  PagePool pool;
+  StateAllocator alloc;
+  explicit Runner(Backend& b) : backend(b), pool(b.total_pages()), alloc(b, pool) {}
+
+  // One forward over several sequences: seqs[i] feeds toks[i] at position pos[i].
+  std::vector<float> forward(const std::vector<SequenceState*>& seqs,
+                             const std::vector<std::vector<int32_t>>& toks,
+                             const std::vector<int>& pos, bool all_logits);
+  // The named state tensors of one sequence ("L.mixer.NAME", "L.ffn.NAME") after `tokens` tokens.
+  std::map<std::string, std::vector<float>> read_state(const SequenceState& s, int64_t tokens);
+};
+
+// Largest |a - b|; also fails (returns +inf) on size mismatch or NaN.
+double max_abs_diff(const float* a, const float* b, size_t n);
+
+}  // namespace mixserve::testing
