@@ -50,7 +50,7 @@ def split(verses):
 
 def train_tokenizer(train_text, path):
     import sentencepiece as spm
-    tmp = os.path.join(DATA, "train.txt")
+    tmp = os.path.join(DATA, "tokenizer_input.txt")
     with open(tmp, "w") as f:
         f.write(train_text)
     prefix = path[: -len(".model")]
@@ -62,6 +62,7 @@ def train_tokenizer(train_text, path):
         normalization_rule_name="identity", remove_extra_whitespaces=False, split_digits=True,
         shuffle_input_sentence=False, minloglevel=2)
     os.remove(prefix + ".vocab")
+    os.remove(tmp)
 
 
 def main():
