@@ -89,7 +89,7 @@ def train_one(name, args):
     log = {"name": name, "config": cfg.to_dict(), "params": n_params, "steps": [], "train_loss": [],
            "val_steps": [], "val_loss": [], "command": " ".join(sys.argv), "seed": args.seed,
            "data_seed": args.data_seed, "torch": torch.__version__, "device": device_name(device),
-           "batch": args.batch, "lr": args.lr}
+           "batch": args.batch, "lr": args.lr, "steps_target": args.steps}
     best, best_state, start = math.inf, None, time.time()
     tokens_per_step = args.batch * cfg.max_seq_len
     step, window_loss, window_t = 0, [], time.time()
