@@ -19,7 +19,7 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // on prompt and output tokens (vLLM/HF convention)
   float presence_penalty = 0.0f;    // on output tokens (OpenAI convention)
   float frequency_penalty = 0.0f;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // the counter-based RNG's key (GenerateParams::seed sets it)
   int logprobs = 0;  // how many top alternatives to report with each token (0..20)
 
   // Empty when valid, else a message naming the bad parameter.

@@ -1,0 +1,106 @@
+// The engine: one thread that owns the scheduler and the backend (DESIGN §2, §7). Front ends
+// submit requests and receive TokenOutput events through their sinks; everything else —
+// admission, chunked prefill next to the decode batch, sampling, stop conditions, preemption,
+// freeing state — happens in step(), one iteration of continuous batching.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model_dir.h"
+#include "engine/page_pool.h"
+#include "engine/request.h"
+#include "engine/sequence_state.h"
+#include "engine/stop_matcher.h"
+
+namespace mixserve {
+
+struct EngineOptions {
+  int max_batch = 256;            // running requests
+  int max_queue = 1024;           // waiting requests; beyond: kQueueFull (HTTP 429)
+  int32_t step_token_budget = 512;  // rows per forward pass (decode rows + prefill chunks)
+  int32_t prefill_chunk = 256;    // prefill advances in chunks ending at multiples of this
+};
+
+enum class SubmitStatus { kOk, kInvalid, kQueueFull, kShuttingDown };
+
+struct SubmitResult {
+  SubmitStatus status = SubmitStatus::kOk;
+  uint64_t id = 0;
+  std::string message;  // why, when not kOk
+};
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int32_t pages_used = 0, pages_total = 0;
+  uint64_t steps = 0, preemptions = 0, finished = 0;
+};
+
+class Engine {
+ public:
+  // The model (tokenizer included) must outlive the engine.
+  Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, EngineOptions opts = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe. Validates (nothing is queued on error) and queues the request.
+  SubmitResult submit(GenerateParams params, OutputSink sink);
+  // Thread-safe. The request ends with kCancelled and frees its state within one step.
+  void cancel(uint64_t id);
+
+  void start();  // runs step() on the engine thread until stop()
+  void stop();   // finishes nothing: in-flight requests end with kCancelled
+  // One scheduling iteration (the engine thread's body; tests call it directly).
+  // Returns false when there was nothing to do.
+  bool step();
+  bool idle() const;
+  EngineStats stats() const;
+  const Backend& backend() const { return *backend_; }
+  const LoadedModel& model() const { return model_; }
+  // Validation shared with the front ends; empty when fine.
+  std::string validate(const GenerateParams& p) const;
+
+ private:
+  struct Live;
+  void drain_inbox();
+  void expire(Clock::time_point now);
+  void admit();
+  bool make_room(Live& r, int64_t tokens);
+  void preempt(Live& victim);
+  void finish(Live& r, FinishReason reason, const std::string& error = "", TokenOutput out = {});
+  void emit_token(Live& r, SampledToken&& sampled);
+  void remove_finished();
+
+  const LoadedModel& model_;
+  std::unique_ptr<Backend> backend_;
+  EngineOptions opts_;
+  PagePool pool_;
+  StateAllocator alloc_;
+
+  mutable std::mutex mu_;  // guards inbox_, cancels_, stats_ and the counters below
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<Live>> inbox_;
+  std::vector<uint64_t> cancels_;
+  uint64_t next_id_ = 1;
+  int queued_ = 0;  // inbox + waiting, for the queue limit
+  EngineStats stats_;
+
+  // Engine thread only.
+  std::deque<std::unique_ptr<Live>> waiting_;  // sorted by (priority, arrival)
+  std::vector<std::unique_ptr<Live>> running_;
+  uint64_t arrivals_ = 0;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace mixserve
