@@ -43,7 +43,7 @@ struct Reader {
   std::string where;  // "config.json" or "config.json: layers[2]"
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw ModelError(where + ": " + key + " " + what);
+    throw ModelError(where + ": " + key + (what.rfind("=", 0) == 0 ? "" : " ") + what);
   }
   bool has(const char* key) const { return obj.contains(key) && !obj[key].is_null(); }
   int64_t integer(const char* key, int64_t fallback) const {
@@ -93,7 +93,11 @@ LayerConfig parse_layer(const json& j, int index, const ModelConfig& cfg, const 
   Reader r{j, where};
   if (!r.has("mixer")) throw ModelError(where + ": missing key \"mixer\"");
   LayerConfig l;
-  l.kind = parse_mixer_kind(r.string("mixer", ""));
+  try {
+    l.kind = parse_mixer_kind(r.string("mixer", ""));
+  } catch (const ModelError& e) {
+    throw ModelError(where + ": " + e.what());
+  }
   const MixerName* info = nullptr;
   for (const MixerName& m : mixer_names())
     if (m.kind == l.kind) info = &m;

@@ -1,0 +1,72 @@
+// The fixed-order GEMM: a row's result is the same bit for bit whatever the batch around it,
+// on the AVX2 and the scalar path; and the measurement that made us write it (OpenBLAS's row
+// results change with M), kept so a change in that behaviour is noticed.
+#include <gtest/gtest.h>
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "engine/cpu/gemm.h"
+#include "engine/cpu/thread_pool.h"
+
+namespace mixserve {
+namespace {
+
+std::vector<float> randn(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TEST(Gemm, RowsDoNotDependOnTheBatchOrThreads) {
+  ThreadPool pool(2);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{96, 128}, {384, 128}, {5000, 128}, {37, 13}}) {
+    auto w = randn(n * k, 1), b = randn(n, 2), x = randn(64 * k, 3);
+    PackedWeight pw(w.data(), b.data(), n, k);
+    std::vector<float> alone(n);
+    pw.multiply(x.data(), 1, alone.data(), nullptr);
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 64}) {
+      std::vector<float> y(m * n);
+      pw.multiply(x.data(), m, y.data(), &pool);
+      ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), n * sizeof(float))) << "n " << n << " M " << m;
+    }
+    // Accuracy against a double-precision product.
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = b[j];
+      for (int64_t kk = 0; kk < k; ++kk) ref += static_cast<double>(x[kk]) * w[j * k + kk];
+      ASSERT_NEAR(alone[j], ref, 1e-4 * (1 + std::fabs(ref)));
+    }
+  }
+}
+
+TEST(Gemm, ScalarAndVectorPathsAgreeBitForBit) {
+  const int64_t n = 200, k = 77;
+  auto w = randn(n * k, 4), x = randn(5 * k, 5);
+  PackedWeight pw(w.data(), nullptr, n, k);
+  std::vector<float> fast(5 * n), slow(5 * n);
+  pw.multiply(x.data(), 5, fast.data(), nullptr);
+  gemm_force_scalar(true);
+  pw.multiply(x.data(), 5, slow.data(), nullptr);
+  gemm_force_scalar(false);
+  EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * sizeof(float))) << gemm_kernel_name();
+}
+
+// Documents why engine/cpu/gemm.cc exists. If this starts failing, OpenBLAS has become row-
+// invariant on this machine and could carry the projections again (see gemm.h).
+TEST(Gemm, OpenBlasRowsDependOnTheBatchSize) {
+  const int K = 128, N = 384;
+  auto a = randn(64 * K, 6), b = randn(N * K, 7);
+  std::vector<float> one(N), many(64 * N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, N, K, 1, a.data(), K, b.data(), K, 0, one.data(), N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 64, N, K, 1, a.data(), K, b.data(), K, 0, many.data(), N);
+  EXPECT_NE(0, std::memcmp(one.data(), many.data(), N * sizeof(float)))
+      << "OpenBLAS gave row 0 identically for M = 1 and M = 64";
+}
+
+}  // namespace
+}  // namespace mixserve
