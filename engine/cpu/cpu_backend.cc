@@ -39,7 +39,7 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& w, const CpuB
   if (page_floats_ % d != 0)
     throw std::invalid_argument("page_floats must be a multiple of d_model");
   total_pages_ = static_cast<int32_t>(opts.pool_bytes / (sizeof(float) * page_floats_));
-  memory_.assign(static_cast<size_t>(total_pages_) * page_floats_, 0.0f);
+  memory_.reset(new float[static_cast<size_t>(total_pages_) * page_floats_]);
 
   embed_ = w.get("embed.weight");
   if (cfg.position == PositionKind::kLearned) pos_embed_ = w.get("pos_embed.weight");
@@ -95,7 +95,7 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
     for (int s = 0; s < n_seq; ++s) {
       const int32_t begin = b.page_start[s * cfg_.n_layers + l];
       const int32_t end = b.page_start[s * cfg_.n_layers + l + 1];
-      views[s] = {memory_.data(), b.pages.data() + begin, end - begin, page_floats_};
+      views[s] = {memory_.get(), b.pages.data() + begin, end - begin, page_floats_};
     }
     Layer& L = layers_[l];
     layer_norm(x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());
@@ -123,7 +123,7 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
 
 void CpuBackend::init_state(int layer, const std::vector<int32_t>& pages) {
   const StateLayout& s = layouts_[layer];
-  StateView v{memory_.data(), pages.data(), static_cast<int32_t>(pages.size()), page_floats_};
+  StateView v{memory_.get(), pages.data(), static_cast<int32_t>(pages.size()), page_floats_};
   for (const int32_t p : pages) std::memset(page(p), 0, sizeof(float) * page_floats_);
   for (const StateTensor& t : s.tensors) {
     if (t.per_token || t.init == 0.0f) continue;

@@ -40,15 +40,17 @@ class CpuBackend : public Backend {
     std::unique_ptr<CpuLayerPart> mixer, ffn;
   };
   void embed(const ForwardBatch& batch, float* x) const;
-  float* page(int32_t id) { return memory_.data() + static_cast<int64_t>(id) * page_floats_; }
+  float* page(int32_t id) { return memory_.get() + static_cast<int64_t>(id) * page_floats_; }
   const float* page(int32_t id) const {
-    return memory_.data() + static_cast<int64_t>(id) * page_floats_;
+    return memory_.get() + static_cast<int64_t>(id) * page_floats_;
   }
 
   ModelConfig cfg_;
   ThreadPool threads_;
   int32_t page_floats_ = 0, total_pages_ = 0;
-  std::vector<float> memory_;
+  // Uninitialised on purpose: the OS maps pages on first touch, and init_state() writes every
+  // page a sequence receives, so an idle pool costs no memory.
+  std::unique_ptr<float[]> memory_;
   std::vector<StateLayout> layouts_;
   std::vector<Layer> layers_;
   const float *embed_ = nullptr, *pos_embed_ = nullptr, *embed_norm_w_ = nullptr,

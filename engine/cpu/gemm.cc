@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/safetensors.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -14,95 +15,178 @@ namespace mixserve {
 
 namespace {
 constexpr int64_t P = PackedWeight::kPanel;
-constexpr int64_t kRowTile = 4;
+constexpr int64_t kRowTile = 6;     // 6 rows × 16 columns: 12 accumulators hide FMA latency
+constexpr int64_t kGemvPanels = 4;  // one row × 4 panels: 8 accumulators for batch-1 decode
 bool g_force_scalar = false;
 
+inline float weight(const float* p, int64_t i) { return p[i]; }
+inline float weight(const uint16_t* p, int64_t i) { return half_to_float(p[i]); }
+
 // rows ≤ kRowTile rows of x times one panel: out[r][0..P) = Σ_k x[r][k]·panel[k][0..P).
-void panel_scalar(const float* x, int64_t ldx, int64_t rows, const float* panel, int64_t K,
-                  float out[kRowTile][P]) {
+template <typename W>
+void panel_scalar(const float* x, int64_t ldx, int64_t rows, const W* panel, int64_t K,
+                  float* out /* [rows][P] */) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < P; ++j) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * ldx + k], panel[k * P + j], acc);
-      out[r][j] = acc;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * ldx + k], weight(panel, k * P + j), acc);
+      out[r * P + j] = acc;
     }
 }
 
 #if defined(__x86_64__)
-template <int R>
-__attribute__((target("avx2,fma"))) void panel_avx2(const float* x, int64_t ldx, const float* panel,
-                                                    int64_t K, float out[kRowTile][P]) {
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Accumulators are named variables, not an array: with an array GCC spills every accumulator to
+// the stack on each iteration, halving the throughput.
+template <int R, typename W>
+__attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t ldx, const W* panel,
+                                                         int64_t K, float* out) {
+  static_assert(R >= 1 && R <= 6);
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+         a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
   for (int64_t k = 0; k < K; ++k) {
-    const __m256 w0 = _mm256_loadu_ps(panel + k * P), w1 = _mm256_loadu_ps(panel + k * P + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
-      acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
-    }
+    const __m256 w0 = load8(panel + k * P), w1 = load8(panel + k * P + 8);
+#define MIXSERVE_ROW(i)                                     \
+  if constexpr (R > i) {                                    \
+    const __m256 xv = _mm256_broadcast_ss(x + i * ldx + k); \
+    a##i##0 = _mm256_fmadd_ps(xv, w0, a##i##0);             \
+    a##i##1 = _mm256_fmadd_ps(xv, w1, a##i##1);             \
   }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out[r], acc[r][0]);
-    _mm256_storeu_ps(out[r] + 8, acc[r][1]);
+    MIXSERVE_ROW(0) MIXSERVE_ROW(1) MIXSERVE_ROW(2) MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5)
+#undef MIXSERVE_ROW
   }
+#define MIXSERVE_STORE(i)                      \
+  if constexpr (R > i) {                       \
+    _mm256_storeu_ps(out + i * P, a##i##0);     \
+    _mm256_storeu_ps(out + i * P + 8, a##i##1); \
+  }
+  MIXSERVE_STORE(0) MIXSERVE_STORE(1) MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5)
+#undef MIXSERVE_STORE
+}
+
+// One row against up to kGemvPanels panels; the same fma sequence per output as panel_avx2.
+template <typename W>
+__attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W* panels, int64_t panel_stride,
+                                                        int64_t np, int64_t K, float* out) {
+  const W* p[kGemvPanels];
+  for (int64_t i = 0; i < kGemvPanels; ++i) p[i] = panels + std::min(i, np - 1) * panel_stride;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 xv = _mm256_broadcast_ss(x + k);
+    a0 = _mm256_fmadd_ps(xv, load8(p[0] + k * P), a0);
+    a1 = _mm256_fmadd_ps(xv, load8(p[0] + k * P + 8), a1);
+    a2 = _mm256_fmadd_ps(xv, load8(p[1] + k * P), a2);
+    a3 = _mm256_fmadd_ps(xv, load8(p[1] + k * P + 8), a3);
+    a4 = _mm256_fmadd_ps(xv, load8(p[2] + k * P), a4);
+    a5 = _mm256_fmadd_ps(xv, load8(p[2] + k * P + 8), a5);
+    a6 = _mm256_fmadd_ps(xv, load8(p[3] + k * P), a6);
+    a7 = _mm256_fmadd_ps(xv, load8(p[3] + k * P + 8), a7);
+  }
+  const __m256 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
 bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return yes;
 }
 #else
 bool have_avx2() { return false; }
 #endif
 
-void run_panel(const float* x, int64_t ldx, int64_t rows, const float* panel, int64_t K,
-               float out[kRowTile][P]) {
+template <typename W>
+void run_panel(const float* x, int64_t ldx, int64_t rows, const W* panel, int64_t K, float* out) {
 #if defined(__x86_64__)
   if (have_avx2() && !g_force_scalar) {
     switch (rows) {
       case 1: return panel_avx2<1>(x, ldx, panel, K, out);
       case 2: return panel_avx2<2>(x, ldx, panel, K, out);
       case 3: return panel_avx2<3>(x, ldx, panel, K, out);
-      default: return panel_avx2<4>(x, ldx, panel, K, out);
+      case 4: return panel_avx2<4>(x, ldx, panel, K, out);
+      case 5: return panel_avx2<5>(x, ldx, panel, K, out);
+      default: return panel_avx2<6>(x, ldx, panel, K, out);
     }
   }
 #endif
   panel_scalar(x, ldx, rows, panel, K, out);
+}
+
+template <typename W>
+void multiply_packed(const W* panels_data, const std::vector<float>& bias, int64_t n_out, int64_t k,
+                     const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y, ThreadPool* pool) {
+  const int64_t panels = (n_out + P - 1) / P, tiles = (rows + kRowTile - 1) / kRowTile;
+  auto store = [&](int64_t row, int64_t n0, const float* acc) {
+    const int64_t nn = std::min(P, n_out - n0);
+    float* yr = y + row * n_out + n0;
+    for (int64_t j = 0; j < nn; ++j) yr[j] = acc[j] + (bias.empty() ? 0.0f : bias[n0 + j]);
+  };
+  // Waking another core costs tens of microseconds on a VM: only split work of at least ~256k
+  // multiply-adds per thread (at batch 1, the projections of a d = 128 model stay on one core).
+  auto grain_for = [&](int64_t macs_per_item) {
+    return std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(macs_per_item, 1));
+  };
+#if defined(__x86_64__)
+  if (rows <= 2 && have_avx2() && !g_force_scalar) {  // decode at batch 1–2: groups of panels
+    const int64_t groups = (panels + kGemvPanels - 1) / kGemvPanels;
+    auto gemv = [&](int64_t g0, int64_t g1) {
+      float out[kGemvPanels * P];
+      for (int64_t i = g0; i < g1; ++i) {
+        const int64_t row = i / groups, first = (i % groups) * kGemvPanels;
+        const int64_t np = std::min(kGemvPanels, panels - first);
+        gemv_avx2(x + row * ldx, panels_data + first * k * P, k * P, np, k_used, out);
+        for (int64_t j = 0; j < np; ++j) store(row, (first + j) * P, out + j * P);
+      }
+    };
+    if (pool) pool->parallel_for(rows * groups, gemv, grain_for(k_used * P * kGemvPanels));
+    else gemv(0, rows * groups);
+    return;
+  }
+#endif
+  auto work = [&](int64_t i0, int64_t i1) {
+    float out[kRowTile * P];
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t panel = i / tiles, tile = i % tiles;  // a panel stays in L1 across all rows
+      const int64_t r0 = tile * kRowTile, nr = std::min(kRowTile, rows - r0);
+      run_panel(x + r0 * ldx, ldx, nr, panels_data + panel * k * P, k_used, out);
+      for (int64_t r = 0; r < nr; ++r) store(r0 + r, panel * P, out + r * P);
+    }
+  };
+  if (pool) pool->parallel_for(panels * tiles, work, grain_for(k_used * P * std::min(rows, kRowTile)));
+  else work(0, panels * tiles);
 }
 }  // namespace
 
 const char* gemm_kernel_name() { return have_avx2() && !g_force_scalar ? "avx2-fma" : "scalar-fma"; }
 void gemm_force_scalar(bool scalar) { g_force_scalar = scalar; }
 
-PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k)
+PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k, bool allow_half)
     : n_out_(n_out), k_(k) {
   const int64_t panels = (n_out + P - 1) / P;
-  panels_.assign(panels * k * P, 0.0f);
-  for (int64_t n = 0; n < n_out; ++n)
-    for (int64_t kk = 0; kk < k; ++kk) panels_[(n / P) * k * P + kk * P + n % P] = w[n * k + kk];
+  bool half = allow_half;
+  for (int64_t i = 0; i < n_out * k && half; ++i) half = half_to_float(float_to_half(w[i])) == w[i];
+  auto index = [&](int64_t n, int64_t kk) { return (n / P) * k * P + kk * P + n % P; };
+  if (half) {
+    panels16_.assign(panels * k * P, 0);
+    for (int64_t n = 0; n < n_out; ++n)
+      for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = float_to_half(w[n * k + kk]);
+  } else {
+    panels_.assign(panels * k * P, 0.0f);
+    for (int64_t n = 0; n < n_out; ++n)
+      for (int64_t kk = 0; kk < k; ++kk) panels_[index(n, kk)] = w[n * k + kk];
+  }
   if (bias) bias_.assign(bias, bias + n_out);
 }
 
-void PackedWeight::multiply(const float* x, int64_t rows, float* y, ThreadPool* pool) const {
-  const int64_t panels = (n_out_ + P - 1) / P, tiles = (rows + kRowTile - 1) / kRowTile;
-  auto work = [&](int64_t i0, int64_t i1) {
-    float out[kRowTile][P];
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t panel = i % panels, tile = i / panels;
-      const int64_t r0 = tile * kRowTile, nr = std::min(kRowTile, rows - r0);
-      run_panel(x + r0 * k_, k_, nr, &panels_[panel * k_ * P], k_, out);
-      const int64_t n0 = panel * P, nn = std::min(P, n_out_ - n0);
-      for (int64_t r = 0; r < nr; ++r) {
-        float* yr = y + (r0 + r) * n_out_ + n0;
-        for (int64_t j = 0; j < nn; ++j) yr[j] = out[r][j] + (bias_.empty() ? 0.0f : bias_[n0 + j]);
-      }
-    }
-  };
-  // Enough multiply-adds per task to be worth a thread (≈ 64k).
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (k_ * P * kRowTile));
-  if (pool) pool->parallel_for(panels * tiles, work, grain);
-  else work(0, panels * tiles);
+void PackedWeight::multiply_prefix(const float* x, int64_t ldx, int64_t rows, int64_t k_used,
+                                   float* y, ThreadPool* pool) const {
+  if (rows <= 0) return;
+  if (is_half()) multiply_packed(panels16_.data(), bias_, n_out_, k_, x, ldx, rows, k_used, y, pool);
+  else multiply_packed(panels_.data(), bias_, n_out_, k_, x, ldx, rows, k_used, y, pool);
 }
 
 }  // namespace mixserve

@@ -14,22 +14,35 @@ namespace mixserve {
 class ThreadPool;
 
 // W [n_out, k] repacked into panels of kPanel output columns, k-major inside a panel, so the
-// kernel streams it contiguously. Built once per weight.
+// kernel streams it contiguously. Built once per weight. When every value of W is exactly a
+// float16 value (weights shipped as F16), the panels are kept in float16: converting a float16
+// to float32 is exact, so the products are the same bits, and batch-1 decode — which streams
+// every weight once per token — reads half the bytes.
 class PackedWeight {
  public:
   static constexpr int64_t kPanel = 16;
   PackedWeight() = default;
-  PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k);
+  // allow_half = false keeps float32 panels whatever the values (tests compare the two).
+  PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k, bool allow_half = true);
   int64_t n_out() const { return n_out_; }
+  bool is_half() const { return !panels16_.empty(); }
   int64_t k() const { return k_; }
   bool empty() const { return n_out_ == 0; }
 
   // y[rows, n_out] = x[rows, k]·Wᵀ + b.
-  void multiply(const float* x, int64_t rows, float* y, ThreadPool* pool) const;
+  void multiply(const float* x, int64_t rows, float* y, ThreadPool* pool) const {
+    multiply_prefix(x, k_, rows, k_, y, pool);
+  }
+  // The same over the first k_used inputs only (x rows ldx apart): when the inputs beyond
+  // k_used are zero, the result is the full product bit for bit (acc + 0·w == acc), at a
+  // fraction of the cost — SHE's lags before position 0.
+  void multiply_prefix(const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y,
+                       ThreadPool* pool) const;
 
  private:
   int64_t n_out_ = 0, k_ = 0;
-  std::vector<float> panels_;  // [ceil(n_out / kPanel)][k][kPanel]
+  std::vector<float> panels_;       // [ceil(n_out / kPanel)][k][kPanel], or
+  std::vector<uint16_t> panels16_;  // the same in float16
   std::vector<float> bias_;
 };
 

@@ -1,8 +1,12 @@
 // A fixed pool of worker threads with a deterministic parallel_for: [0, n) is cut into the same
 // contiguous chunks on every call with the same n, so results never depend on timing.
+// Decode steps issue many small parallel loops, so waking workers must cost microseconds, not a
+// futex round trip each: idle workers spin for a short while (kSpinMicros) before sleeping.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -22,17 +26,20 @@ class ThreadPool {
   // Chunks are at least `grain` long, so tiny loops stay on the calling thread.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
+  static constexpr int kSpinMicros = 1000;
+
  private:
   void worker(int index);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
+  std::condition_variable wake_cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_chunks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
 };
 
 }  // namespace mixserve

@@ -11,6 +11,9 @@
 
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/safetensors.h"
+
+#include <tuple>
 
 namespace mixserve {
 namespace {
@@ -54,6 +57,25 @@ TEST(Gemm, ScalarAndVectorPathsAgreeBitForBit) {
   pw.multiply(x.data(), 5, slow.data(), nullptr);
   gemm_force_scalar(false);
   EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * sizeof(float))) << gemm_kernel_name();
+}
+
+TEST(Gemm, HalfPanelsGiveTheSameBitsAsFloatPanels) {
+  ThreadPool pool(2);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 200, 64}, {2, 33, 128}, {9, 500, 40}}) {
+    auto w = randn(n * k, 8), x = randn(m * k, 9), b = randn(n, 10);
+    for (float& v : w) v = half_to_float(float_to_half(v));  // weights shipped as F16
+    PackedWeight half(w.data(), b.data(), n, k), full(w.data(), b.data(), n, k, /*allow_half=*/false);
+    ASSERT_TRUE(half.is_half());
+    ASSERT_FALSE(full.is_half());
+    std::vector<float> a(m * n), c(m * n), s(m * n);
+    half.multiply(x.data(), m, a.data(), &pool);
+    full.multiply(x.data(), m, c.data(), &pool);
+    gemm_force_scalar(true);
+    half.multiply(x.data(), m, s.data(), nullptr);
+    gemm_force_scalar(false);
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float))) << m << "x" << n << "x" << k;
+    EXPECT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float))) << m << "x" << n << "x" << k;
+  }
 }
 
 // Documents why engine/cpu/gemm.cc exists. If this starts failing, OpenBLAS has become row-

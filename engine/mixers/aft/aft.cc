@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/cpu/vec_math.h"
 #include "engine/mixers/common.h"
 
 namespace mixserve {
@@ -38,13 +39,20 @@ StateLayout aft_state(const ModelConfig& cfg, const LayerConfig& layer) {
 namespace {
 
 // Running sums: fold e^{k}·v and e^{k} into (max, num, den), rescaling to the new maximum.
-inline void absorb(float* mx, float* num, float* den, const float* k, const float* v, int64_t d) {
+// tmp holds 2d floats.
+inline void absorb(float* mx, float* num, float* den, const float* k, const float* v, int64_t d,
+                   float* tmp) {
+  float *a = tmp, *e = tmp + d;
   for (int64_t c = 0; c < d; ++c) {
     const float m = std::max(mx[c], k[c]);
-    const float a = std::exp(mx[c] - m), e = std::exp(k[c] - m);
-    num[c] = num[c] * a + e * v[c];
-    den[c] = den[c] * a + e;
+    a[c] = mx[c] - m;
+    e[c] = k[c] - m;
     mx[c] = m;
+  }
+  exp_inplace(tmp, 2 * d);
+  for (int64_t c = 0; c < d; ++c) {
+    num[c] = num[c] * a[c] + e[c] * v[c];
+    den[c] = den[c] * a[c] + e[c];
   }
 }
 
@@ -86,7 +94,8 @@ class CpuAft : public CpuLayerPart {
     const float *q = qkv, *k = qkv + d, *v = qkv + 2 * d;
     if (kind_ == MixerKind::kAftSimple) {
       float *mx = st.at(0), *num = st.at(d), *den = st.at(2 * d);
-      absorb(mx, num, den, k, v, d);
+      scratch.resize(2 * d);
+      absorb(mx, num, den, k, v, d, scratch.data());
       for (int64_t c = 0; c < d; ++c) out[c] = sigmoid(q[c]) * num[c] / den[c];
       return;
     }
@@ -100,7 +109,8 @@ class CpuAft : public CpuLayerPart {
     const int64_t slot = pos % s_;
     float *mx = st.at(0), *num = st.at(d), *den = st.at(2 * d);
     float *rk = st.at(3 * d + slot * d), *rv = st.at((3 + s_) * d + slot * d);
-    if (pos >= s_) absorb(mx, num, den, rk, rv, d);
+    scratch.resize(4 * d);
+    if (pos >= s_) absorb(mx, num, den, rk, rv, d, scratch.data());
     std::memcpy(rk, k, sizeof(float) * d);
     std::memcpy(rv, v, sizeof(float) * d);
     weighted_mean(st, pos, std::min(pos + 1, s_), q, out, scratch, mx);
@@ -122,26 +132,33 @@ class CpuAft : public CpuLayerPart {
     auto bias = [&](int64_t lag) {
       return full ? pos_bias_[pos * l_ + (pos - lag)] : pos_bias_[pos * s_ + lag];
     };
-    scratch.resize(3 * d);
-    float *m = scratch.data(), *num = m + d, *den = m + 2 * d;
+    scratch.resize(4 * d);
+    float *m = scratch.data(), *num = m + d, *den = m + 2 * d, *e = m + 3 * d;
     for (int64_t c = 0; c < d; ++c) m[c] = sums_max ? sums_max[c] : -INFINITY;
     for (int64_t lag = 0; lag < lags; ++lag) {
       const float* k = key(lag);
       const float w = bias(lag);
       for (int64_t c = 0; c < d; ++c) m[c] = std::max(m[c], k[c] + w);
     }
-    for (int64_t c = 0; c < d; ++c) {
-      const float scale = sums_max ? std::exp(sums_max[c] - m[c]) : 0.0f;
-      num[c] = sums_max ? st.at(d)[c] * scale : 0.0f;
-      den[c] = sums_max ? st.at(2 * d)[c] * scale : 0.0f;
+    if (sums_max) {
+      for (int64_t c = 0; c < d; ++c) e[c] = sums_max[c] - m[c];
+      exp_inplace(e, d);
+      const float *sn = st.at(d), *sd = st.at(2 * d);
+      for (int64_t c = 0; c < d; ++c) {
+        num[c] = sn[c] * e[c];
+        den[c] = sd[c] * e[c];
+      }
+    } else {
+      std::fill(num, num + 2 * d, 0.0f);
     }
     for (int64_t lag = 0; lag < lags; ++lag) {
       const float *k = key(lag), *v = value(lag);
       const float w = bias(lag);
+      for (int64_t c = 0; c < d; ++c) e[c] = k[c] + w - m[c];
+      exp_inplace(e, d);
       for (int64_t c = 0; c < d; ++c) {
-        const float e = std::exp(k[c] + w - m[c]);
-        num[c] += e * v[c];
-        den[c] += e;
+        num[c] += e[c] * v[c];
+        den[c] += e[c];
       }
     }
     for (int64_t c = 0; c < d; ++c) out[c] = sigmoid(q[c]) * num[c] / den[c];

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/cpu/vec_math.h"
 #include "engine/mixers/common.h"
 
 namespace mixserve {
@@ -62,34 +63,43 @@ class CpuAttention : public CpuLayerPart {
         std::memcpy(b.state[s].at(pos * 2 * d + d), q + 2 * d, sizeof(float) * d);
       }
     attn_.resize(rows * d);
-    // One task per (row, head): softmax(q·k_j/√h) over j ≤ pos, then Σ weights·v_j.
-    ctx.pool->parallel_for(rows * n_, [&](int64_t i0, int64_t i1) {
-      std::vector<float> scores;
+    // One task per row: all heads at once, channels innermost (vectorised): scores[h][j] =
+    // q_h·k_j,h/√h, softmax over j ≤ pos per head, out_h = Σ_j weight·v_j,h.
+    ctx.pool->parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      std::vector<float> scores, prod(d);
       int seq = 0;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t r = i / n_, hd = i % n_;
+      for (int64_t r = r0; r < r1; ++r) {
         while (r >= b.row_start[seq + 1]) ++seq;
-        const int64_t pos = b.pos0[seq] + (r - b.row_start[seq]);
-        const float* q = &qkv_out_[r * 3 * d + hd * h_];
+        const int64_t pos = b.pos0[seq] + (r - b.row_start[seq]), T = pos + 1;
+        const float* q = &qkv_out_[r * 3 * d];
         const StateView& st = b.state[seq];
-        scores.resize(pos + 1);
         const float scale = 1.0f / std::sqrt(static_cast<float>(h_));
-        float mx = -INFINITY;
-        for (int64_t j = 0; j <= pos; ++j) {
-          const float* k = st.at(j * 2 * d) + hd * h_;
-          float dot = 0.0f;
-          for (int64_t c = 0; c < h_; ++c) dot += q[c] * k[c];
-          scores[j] = dot * scale;
-          mx = std::max(mx, scores[j]);
+        scores.resize(n_ * T);
+        for (int64_t j = 0; j < T; ++j) {
+          const float* k = st.at(j * 2 * d);
+          for (int64_t c = 0; c < d; ++c) prod[c] = q[c] * k[c];
+          for (int64_t hd = 0; hd < n_; ++hd) {
+            float dot = 0.0f;
+            for (int64_t c = 0; c < h_; ++c) dot += prod[hd * h_ + c];
+            scores[hd * T + j] = dot * scale;
+          }
         }
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= pos; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
-        float* out = &attn_[r * d + hd * h_];
-        std::fill(out, out + h_, 0.0f);
-        for (int64_t j = 0; j <= pos; ++j) {
-          const float* v = st.at(j * 2 * d + d) + hd * h_;
-          const float wgt = scores[j] / sum;
-          for (int64_t c = 0; c < h_; ++c) out[c] += wgt * v[c];
+        for (int64_t hd = 0; hd < n_; ++hd) {
+          float* sc = &scores[hd * T];
+          const float mx = *std::max_element(sc, sc + T);
+          exp_sub(sc, mx, sc, T);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < T; ++j) sum += sc[j];
+          for (int64_t j = 0; j < T; ++j) sc[j] /= sum;
+        }
+        float* out = &attn_[r * d];
+        std::fill(out, out + d, 0.0f);
+        for (int64_t j = 0; j < T; ++j) {
+          const float* v = st.at(j * 2 * d + d);
+          for (int64_t hd = 0; hd < n_; ++hd) {
+            const float w = scores[hd * T + j];
+            for (int64_t c = hd * h_; c < (hd + 1) * h_; ++c) out[c] += w * v[c];
+          }
         }
       }
     });

@@ -99,23 +99,30 @@ class CpuExtractor : public CpuLayerPart {
 
   // SHE: ext = [s_p, s_{p−1}, …, s_{p−W+1}] · [E_0; …; E_{W−1}] as one GEMM with K = W·d, so a
   // row's sums run in the same order whether it is decoded alone or prefilled with others.
-  // Lags before position 0 are zero rows; acc + 0·e is exact, so they change nothing.
-  // Rows go in chunks to bound the gathered matrix at about 16 MB.
+  // Lags before position 0 are zero rows; acc + 0·e is exact, so they change nothing, and the
+  // GEMM stops after the longest history in the chunk. Rows go in chunks of about 16 MB.
   void she_extract(const SeqBatch& b, const float* src, float* ext, CpuContext& ctx) {
     const int64_t rows = b.rows(), K = W_ * d_;
     const int64_t chunk = std::max<int64_t>(1, (int64_t{4} << 20) / K);
     lags_.resize(std::min(rows, chunk) * K);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t n = std::min(chunk, rows - r0);
+      // Only lags some row of the chunk has are multiplied; the others are zero for every row.
+      int64_t max_lags = 1;
+      for (int s = 0; s < b.n_seq; ++s) {
+        const int64_t last = std::min<int64_t>(b.row_start[s + 1], r0 + n) - 1;
+        if (last >= std::max<int64_t>(b.row_start[s], r0))
+          max_lags = std::max(max_lags, std::min(W_, b.pos0[s] + (last - b.row_start[s]) + 1));
+      }
       for_rows(b, r0, r0 + n, ctx, [&](int seq, int64_t r) {
         float* dst = &lags_[(r - r0) * K];
-        for (int64_t lag = 0; lag < W_; ++lag) {
+        for (int64_t lag = 0; lag < max_lags; ++lag) {
           const float* s = lag_source(b, seq, r, lag, src);
           if (s) std::memcpy(dst + lag * d_, s, sizeof(float) * d_);
           else std::memset(dst + lag * d_, 0, sizeof(float) * d_);
         }
       });
-      ext_packed_.multiply(lags_.data(), n, ext + r0 * d_, ctx.pool);
+      ext_packed_.multiply_prefix(lags_.data(), K, n, max_lags * d_, ext + r0 * d_, ctx.pool);
     }
   }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/cpu/vec_math.h"
 
 namespace mixserve {
 
@@ -69,25 +70,36 @@ class CpuRwkv : public CpuLayerPart {
     receptance_.multiply(xr, rows, r, ctx.pool);
     float* rwkv = xk;  // reuse: r ⊙ wkv
     ctx.pool->parallel_for(b.n_seq, [&](int64_t s0, int64_t s1) {
+      std::vector<float> ex(5 * d), p1(d), p2(d);
       for (int64_t s = s0; s < s1; ++s) {
         const StateView& st = b.state[s];
         float *aa = st.at(d), *bb = st.at(2 * d), *pp = st.at(3 * d);
-        for (int64_t row = b.row_start[s]; row < b.row_start[s + 1]; ++row)
+        for (int64_t row = b.row_start[s]; row < b.row_start[s + 1]; ++row) {
+          const float *kr = k + row * d, *vr = v + row * d, *rr = r + row * d;
+          // The four exponentials of a token (output with the bonus u, then the state update with
+          // the decay w) and the receptance's sigmoid go through one vectorised exp.
           for (int64_t c = 0; c < d; ++c) {
-            const float kc = k[row * d + c], vc = v[row * d + c];
-            float ww = first_[c] + kc;
-            float p = std::max(pp[c], ww);
-            float e1 = std::exp(pp[c] - p), e2 = std::exp(ww - p);
-            const float wkv = (e1 * aa[c] + e2 * vc) / (e1 * bb[c] + e2);
-            ww = pp[c] + decay_[c];
-            p = std::max(ww, kc);
-            e1 = std::exp(ww - p);
-            e2 = std::exp(kc - p);
-            aa[c] = e1 * aa[c] + e2 * vc;
-            bb[c] = e1 * bb[c] + e2;
-            pp[c] = p;
-            rwkv[row * d + c] = (1.0f / (1.0f + std::exp(-r[row * d + c]))) * wkv;
+            const float ww = first_[c] + kr[c];
+            p1[c] = std::max(pp[c], ww);
+            ex[c] = pp[c] - p1[c];
+            ex[d + c] = ww - p1[c];
+            const float decayed = pp[c] + decay_[c];
+            p2[c] = std::max(decayed, kr[c]);
+            ex[2 * d + c] = decayed - p2[c];
+            ex[3 * d + c] = kr[c] - p2[c];
+            ex[4 * d + c] = -rr[c];
           }
+          exp_inplace(ex.data(), 5 * d);
+          for (int64_t c = 0; c < d; ++c) {
+            const float e1 = ex[c], e2 = ex[d + c];
+            const float wkv = (e1 * aa[c] + e2 * vr[c]) / (e1 * bb[c] + e2);
+            const float f1 = ex[2 * d + c], f2 = ex[3 * d + c];
+            aa[c] = f1 * aa[c] + f2 * vr[c];
+            bb[c] = f1 * bb[c] + f2;
+            pp[c] = p2[c];
+            rwkv[row * d + c] = wkv / (1.0f + ex[4 * d + c]);
+          }
+        }
       }
     });
     output_.multiply(rwkv, rows, y, ctx.pool);

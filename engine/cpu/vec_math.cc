@@ -1,0 +1,91 @@
+#include "engine/cpu/vec_math.h"
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace mixserve {
+
+namespace {
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kMaxX = 88.3762626647949f, kMinX = -87.3365447504f;  // exp(kMinX) = FLT_MIN
+constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
+                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+}  // namespace
+
+float exp_scalar(float x) {
+  if (std::isnan(x)) return x;
+  if (x < kMinX) return 0.0f;
+  x = std::fmin(x, kMaxX);
+  const float n = std::nearbyint(x * kLog2e);  // round half to even, as _mm256_round_ps
+  float r = std::fma(-n, kLn2Hi, x);
+  r = std::fma(-n, kLn2Lo, r);
+  float p = kP0;
+  p = std::fma(p, r, kP1);
+  p = std::fma(p, r, kP2);
+  p = std::fma(p, r, kP3);
+  p = std::fma(p, r, kP4);
+  p = std::fma(p, r, kP5);
+  const float r2 = r * r;
+  p = std::fma(p, r2, r);
+  p = p + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+#if defined(__x86_64__)
+namespace {
+__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(kMinX), _CMP_LT_OQ);
+  x = _mm256_min_ps(x, _mm256_set1_ps(kMaxX));
+  x = _mm256_max_ps(x, _mm256_set1_ps(kMinX));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), n), _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), n), _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  y = _mm256_andnot_ps(tiny, y);               // below the range: exactly 0
+  return _mm256_blendv_ps(y, _mm256_add_ps(x, x), nan);  // NaN stays NaN
+}
+
+__attribute__((target("avx2,fma"))) void exp_sub_avx2(const float* x, float m, float* out, int64_t n) {
+  const __m256 mv = _mm256_set1_ps(m);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
+  for (; i < n; ++i) out[i] = exp_scalar(x[i] - m);
+}
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+}  // namespace
+#endif
+
+void exp_sub(const float* x, float m, float* out, int64_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return exp_sub_avx2(x, m, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = exp_scalar(x[i] - m);
+}
+
+void exp_inplace(float* x, int64_t n) { exp_sub(x, 0.0f, x, n); }
+
+}  // namespace mixserve

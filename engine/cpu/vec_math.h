@@ -1,0 +1,16 @@
+// Element-wise math over float arrays with one fixed sequence of IEEE operations per element,
+// vectorised with AVX2 where the CPU has it: the scalar and the vector path give the same bits,
+// so results never depend on which elements share a vector. exp is a Cephes-style degree-6
+// polynomial after range reduction (max relative error ~2 ulp); below −87.3 it returns 0 and
+// above 88.37 it saturates at 2.4e38 (every caller takes exp of a difference to a maximum).
+#pragma once
+
+#include <cstdint>
+
+namespace mixserve {
+
+void exp_inplace(float* x, int64_t n);                       // x[i] = exp(x[i])
+void exp_sub(const float* x, float m, float* out, int64_t n);  // out[i] = exp(x[i] − m)
+float exp_scalar(float x);                                   // the same function, one value
+
+}  // namespace mixserve
