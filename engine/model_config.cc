@@ -163,7 +163,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   Reader r{j, source};
   r.only({"vocab_size", "d_model", "n_layers", "ffn_dim", "max_seq_len", "layers", "position",
           "embed_scale", "norm", "norm_eps", "activation", "ffn", "bias", "tie_embeddings",
-          "embed_norm", "bos_id", "eos_id"});
+          "embed_norm", "bos_id", "eos_id", "head_bias"});
   ModelConfig c;
   for (const char* key : {"vocab_size", "d_model", "n_layers", "ffn_dim", "max_seq_len", "layers"})
     if (!r.has(key)) throw ModelError(source + ": missing key \"" + key + "\"");
@@ -189,6 +189,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   c.ffn = r.choice<FfnKind>("ffn", "mlp",
                             {{"mlp", FfnKind::kMlp}, {"rwkv_channel_mix", FfnKind::kRwkvChannelMix}});
   c.bias = r.boolean("bias", true);
+  c.head_bias = r.boolean("head_bias", c.bias);
   c.tie_embeddings = r.boolean("tie_embeddings", true);
   c.embed_norm = r.boolean("embed_norm", false);
   c.bos_id = r.integer("bos_id", -1);

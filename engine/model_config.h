@@ -43,6 +43,7 @@ struct ModelConfig {
   Activation activation = Activation::kRelu;
   FfnKind ffn = FfnKind::kMlp;
   bool bias = true;
+  bool head_bias = true;  // config.json's head_bias, defaulting to bias (GPT-2: false)
   bool tie_embeddings = true;
   bool embed_norm = false;
   int64_t bos_id = -1, eos_id = -1;

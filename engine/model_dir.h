@@ -13,12 +13,14 @@ namespace mixserve {
 struct LoadedModel {
   std::string id;   // the directory's name
   std::string dir;
+  std::string format = "mixserve";  // or "gpt2" / "rwkv" for imported Hugging Face checkpoints
   ModelConfig config;
-  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<WeightSource> weights;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer.model
 };
 
-// Throws ModelError with a message naming the file and the key or tensor at fault.
+// Loads our format (docs/model-format.md) or a Hugging Face GPT-2 / RWKV-4 directory
+// (engine/hf_import.h). Throws ModelError with a message naming the file and the key or tensor.
 LoadedModel load_model_dir(const std::string& dir);
 
 }  // namespace mixserve

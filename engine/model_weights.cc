@@ -32,7 +32,7 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& cfg) {
   w.push_back({"norm_f.weight", {d}});
   w.push_back({"norm_f.bias", {d}});
   if (!cfg.tie_embeddings) w.push_back({"head.weight", {cfg.vocab_size, d}});
-  if (cfg.bias) w.push_back({"head.bias", {cfg.vocab_size}});
+  if (cfg.head_bias) w.push_back({"head.bias", {cfg.vocab_size}});
   return w;
 }
 

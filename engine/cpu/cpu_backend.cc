@@ -61,7 +61,7 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& w, const CpuB
   norm_f_w_ = w.get("norm_f.weight");
   norm_f_b_ = w.get("norm_f.bias");
   head_ = PackedWeight(cfg.tie_embeddings ? embed_ : w.get("head.weight"),
-                       cfg.bias ? w.get("head.bias") : nullptr, cfg.vocab_size, d);
+                       cfg.head_bias ? w.get("head.bias") : nullptr, cfg.vocab_size, d);
 }
 
 void CpuBackend::embed(const ForwardBatch& b, float* x) const {

@@ -42,12 +42,15 @@ class ModelConfig:
     activation: str = "relu"
     ffn: str = "mlp"
     bias: bool = True
+    head_bias: bool = None  # the head's bias; None: same as bias (GPT-2 has none there)
     tie_embeddings: bool = True
     embed_norm: bool = False
     bos_id: int = -1
     eos_id: int = -1
 
     def __post_init__(self):
+        if self.head_bias is None:
+            self.head_bias = self.bias
         self.layers = [self._complete(i, dict(l)) for i, l in enumerate(self.layers)]
         self.validate()
 

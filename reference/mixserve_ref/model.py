@@ -50,7 +50,7 @@ class Head(nn.Module):
         super().__init__()
         if not cfg.tie_embeddings:
             self.weight = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model))
-        if cfg.bias:
+        if cfg.head_bias:
             self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, x, embed_weight):

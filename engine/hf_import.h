@@ -1,0 +1,39 @@
+// Direct loading of Hugging Face GPT-2 and RWKV-4 checkpoints (config.json with "model_type"
+// "gpt2" or "rwkv", model.safetensors): the config is mapped onto ours (DESIGN §4 covers both
+// exactly) and the tensors renamed and reshaped — GPT-2's Conv1D weights are stored [in, out]
+// and its q, k, v packed in c_attn; RWKV's time_mix_* are [1, 1, d] and time_decay stays raw.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/layer_part.h"
+#include "engine/model_config.h"
+
+namespace mixserve {
+
+// Float32 weights under our names, converted once at load.
+class OwnedWeights : public WeightSource {
+ public:
+  const float* get(const std::string& name) const override;
+  bool has(const std::string& name) const override { return tensors_.count(name) != 0; }
+  std::map<std::string, std::vector<float>>& tensors() { return tensors_; }
+
+ private:
+  std::map<std::string, std::vector<float>> tensors_;
+};
+
+struct ImportedModel {
+  ModelConfig config;
+  std::unique_ptr<OwnedWeights> weights;
+  std::string source;  // "gpt2" or "rwkv"
+};
+
+// True when config.json names a Hugging Face model type (it has "model_type").
+bool is_hf_config(const std::string& config_json_text);
+// Throws ModelError naming the file and the key or tensor at fault.
+ImportedModel import_hf_model(const std::string& dir);
+
+}  // namespace mixserve
