@@ -1,7 +1,8 @@
 // The interface between the engine (scheduler, sampler) and a compute backend (CPU, CUDA).
-// Everything a forward pass needs travels as plain arrays: tokens, sequence boundaries,
-// positions and the page tables of every sequence's state, so a GPU backend can copy them
-// to the device as they are.
+// A forward pass is plain arrays — tokens, sequence boundaries, positions — plus, per sequence,
+// its SequenceState: the page lists the pool gave each layer. Those lists persist between
+// steps (the scheduler never copies them), so a step costs the host O(sequences), not O(pages);
+// a GPU backend keeps a device copy of each page table and refreshes only what changed.
 #pragma once
 
 #include <cstdint>
@@ -12,20 +13,21 @@
 #include "engine/state_layout.h"
 
 namespace mixserve {
+struct SequenceState;
+}
+
+namespace mixserve {
 
 struct ForwardBatch {
   std::vector<int32_t> tokens;     // every row, sequence after sequence
   std::vector<int32_t> row_start;  // [n_seq + 1] offsets into tokens
   std::vector<int32_t> pos0;       // [n_seq] position of each sequence's first row
-  // Page table (CSR): the pages of sequence s, layer l are
-  // pages[page_start[s * n_layers + l] .. page_start[s * n_layers + l + 1]).
-  std::vector<int32_t> page_start;
-  std::vector<int32_t> pages;
+  std::vector<const SequenceState*> states;  // [n_seq] whose pages cover pos0 + rows
   bool all_logits = false;  // logits for every row, not only each sequence's last row
 
   int n_seq() const { return static_cast<int>(pos0.size()); }
-  // Appends one sequence; layer_pages[l] are its pages for layer l.
-  void add_sequence(const int32_t* toks, int n, int pos, const std::vector<std::vector<int32_t>>& layer_pages);
+  void add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state);
+  void clear();
 };
 
 class Backend {

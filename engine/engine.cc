@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <unordered_set>
 
@@ -15,9 +16,10 @@ struct Engine::Live {
   GenerateParams p;
   OutputSink sink;
   std::vector<int32_t> tokens;
-  int32_t n_prompt = 0, fed = 0, generated = 0;
+  int32_t n_prompt = 0, fed = 0, generated = 0, cached = 0;
   SequenceState state;
-  std::vector<float> swapped;  // host copy of the state while preempted by swapping
+  std::vector<float> cached_logits;  // a prefix-cache hit on the whole prompt: sample from these
+  std::vector<float> swapped;        // host copy of the state while preempted by swapping
   std::vector<int32_t> swapped_pages_per_layer;
   TokenHistory history;
   std::unique_ptr<IncrementalDetokenizer> detok;
@@ -32,11 +34,15 @@ Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, Engin
       backend_(std::move(backend)),
       opts_(opts),
       pool_(backend_->total_pages()),
-      alloc_(*backend_, pool_) {
+      alloc_(*backend_, pool_),
+      cache_(alloc_, opts.cache_entries) {
   opts_.step_token_budget = std::max(opts_.step_token_budget, opts_.prefill_chunk);
 }
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  cache_.clear();
+}
 
 std::string Engine::validate(const GenerateParams& p) const {
   const ModelConfig& c = model_.config;
@@ -53,6 +59,7 @@ std::string Engine::validate(const GenerateParams& p) const {
   for (const std::string& s : p.stop)
     if (s.empty()) return "stop strings must not be empty";
   if (p.stop.size() > 16) return "at most 16 stop strings";
+  if (p.session.size() > 256) return "session ids are at most 256 bytes";
   return p.sampling.validate(static_cast<int>(c.vocab_size));
 }
 
@@ -60,7 +67,7 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   if (std::string err = validate(params); !err.empty()) return {SubmitStatus::kInvalid, 0, err};
   auto r = std::make_unique<Live>();
   r->submitted = Clock::now();
-  if (!params.seed) params.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   params.sampling.seed = *params.seed;
   r->tokens = params.prompt;
   r->n_prompt = static_cast<int32_t>(params.prompt.size());
@@ -111,6 +118,7 @@ void Engine::stop() {
   for (auto& r : running_) finish(*r, FinishReason::kCancelled);
   for (auto& r : waiting_) finish(*r, FinishReason::kCancelled);
   remove_finished();
+  update_stats();
 }
 
 bool Engine::idle() const {
@@ -123,6 +131,11 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+void Engine::clear_cache() {
+  cache_.clear();
+  update_stats();
+}
+
 void Engine::drain_inbox() {
   std::vector<std::unique_ptr<Live>> fresh;
   std::vector<uint64_t> cancels;
@@ -133,11 +146,12 @@ void Engine::drain_inbox() {
   }
   for (auto& r : fresh) {
     r->arrival = arrivals_++;
-    waiting_.push_back(std::move(r));
+    // keep waiting_ sorted by (priority, arrival): insert after everything that goes first
+    auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const auto& a, const auto& b) {
+      return a->p.priority != b->p.priority ? a->p.priority < b->p.priority : a->arrival < b->arrival;
+    });
+    waiting_.insert(pos, std::move(r));
   }
-  std::stable_sort(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
-    return a->p.priority != b->p.priority ? a->p.priority < b->p.priority : a->arrival < b->arrival;
-  });
   if (!cancels.empty()) {
     std::unordered_set<uint64_t> ids(cancels.begin(), cancels.end());
     for (auto& r : running_) r->cancelled |= ids.count(r->id) > 0;
@@ -153,6 +167,10 @@ void Engine::expire(Clock::time_point now) {
   for (auto& r : running_) check(*r);
   for (auto& r : waiting_) check(*r);
   remove_finished();
+  if (now >= next_expiry_) {  // sessions past their TTL, about every second
+    cache_.expire(now);
+    next_expiry_ = now + std::chrono::seconds(1);
+  }
 }
 
 // End of the chunk a request feeds next: chunks end at multiples of prefill_chunk (or at its last
@@ -161,13 +179,32 @@ static int32_t chunk_end(int32_t fed, int32_t total, int32_t chunk) {
   return std::min(total, (fed / chunk + 1) * chunk);
 }
 
+// Starts a fresh request from the longest cached prefix of its tokens. A hit on the whole prompt
+// with its logits skips prefill entirely.
+bool Engine::start_from_cache(Live& r) {
+  const int32_t total = static_cast<int32_t>(r.tokens.size());
+  CacheEntry* e = cache_.lookup(r.tokens, total, r.p.session);
+  if (e && static_cast<int32_t>(e->tokens.size()) == total && e->logits.empty())
+    e = cache_.lookup(r.tokens, total - 1, r.p.session);  // need the last token's logits
+  if (!e) return false;
+  const int32_t n = static_cast<int32_t>(e->tokens.size());
+  std::vector<float> logits = n == total ? e->logits : std::vector<float>{};
+  const bool take = !r.p.session.empty() && e->session == r.p.session;
+  if (!cache_.restore(e, r.state, n == total ? n : chunk_end(n, total, opts_.prefill_chunk), take)) return false;
+  r.fed = r.cached = n;
+  r.cached_logits = std::move(logits);
+  return true;
+}
+
 void Engine::admit() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
     Live& r = *waiting_.front();
-    const int64_t need_tokens = chunk_end(r.fed, static_cast<int32_t>(r.tokens.size()), opts_.prefill_chunk);
-    if (!r.swapped.empty()) {  // swapped out: same page count as before
+    const int32_t total = static_cast<int32_t>(r.tokens.size());
+    if (!r.swapped.empty()) {  // swapped out: the same page counts as before
       int32_t need = 0;
       for (int32_t n : r.swapped_pages_per_layer) need += n;
+      while (need > pool_.free_count() && cache_.evict_one()) {
+      }
       if (need > pool_.free_count()) return;
       r.state.layer_pages.assign(r.swapped_pages_per_layer.size(), {});
       std::vector<int32_t> all;
@@ -178,11 +215,15 @@ void Engine::admit() {
       backend_->write_pages(all, r.swapped.data());
       r.state.capacity_tokens = r.fed;
       r.swapped.clear();
-    } else if (!alloc_.admit(r.state, need_tokens)) {
-      if (running_.empty() && alloc_.pages_for(need_tokens) > pool_.total())
+    } else if (!start_from_cache(r)) {
+      r.fed = 0;
+      const int64_t need_tokens = chunk_end(0, total, opts_.prefill_chunk);
+      while (alloc_.pages_for(need_tokens) > pool_.free_count() && cache_.evict_one()) {
+      }
+      if (!alloc_.admit(r.state, need_tokens)) {
+        if (!running_.empty() || alloc_.pages_for(need_tokens) <= pool_.total()) return;  // wait
         finish(r, FinishReason::kError, "the request needs more state memory than the whole pool holds");
-      else
-        return;  // wait for pages to free up
+      }
     }
     if (r.queue_s < 0) r.queue_s = std::chrono::duration<double>(Clock::now() - r.submitted).count();
     running_.push_back(std::move(waiting_.front()));
@@ -191,10 +232,11 @@ void Engine::admit() {
   }
 }
 
-// Ensures r's state can hold `tokens` tokens, preempting other requests (latest and least
-// urgent first) when the pool is short. False when even that cannot make room.
+// Ensures r's state can hold `tokens` tokens: evicts cache entries, then preempts other
+// requests (latest and least urgent first). False when even that cannot make room.
 bool Engine::make_room(Live& r, int64_t tokens) {
   while (!alloc_.grow(r.state, tokens)) {
+    if (cache_.evict_one()) continue;
     Live* victim = nullptr;
     for (auto& o : running_)
       if (o.get() != &r && !o->done && o->state.allocated() &&
@@ -224,12 +266,11 @@ void Engine::preempt(Live& v) {
     backend_->read_pages(all, v.swapped.data());
   } else {
     v.fed = 0;
+    v.cached_logits.clear();
   }
   alloc_.release(v.state);
-  v.done = true;  // leaves running_ in remove_finished(); re-queued below
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
   std::unique_ptr<Live> moved = std::move(*it);
-  moved->done = false;
   running_.erase(it);
   auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) {
     return w->p.priority > moved->p.priority || (w->p.priority == moved->p.priority && w->arrival > moved->arrival);
@@ -242,15 +283,25 @@ void Engine::preempt(Live& v) {
 void Engine::finish(Live& r, FinishReason reason, const std::string& error, TokenOutput out) {
   if (r.done) return;
   r.done = true;
-  if (r.state.allocated()) alloc_.release(r.state);
+  const bool normal = reason == FinishReason::kStop || reason == FinishReason::kLength;
+  if (r.state.allocated()) {
+    if (normal && opts_.cache_entries > 0 && r.fed > 0) {  // keep the final state for the next turn
+      const auto ttl = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.session_ttl_s));
+      cache_.adopt(std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.fed), std::move(r.state),
+                   r.p.session, Clock::now() + ttl);
+      r.state = {};
+    } else {
+      alloc_.release(r.state);
+    }
+  }
   out.request_id = r.id;
   out.finish = reason;
   out.error = error;
-  if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
+  if (normal) {
     std::string tail = r.detok ? r.detok->flush() : "";
     out.text += r.stop->feed(tail) + r.stop->flush();
   }
-  out.usage = {r.n_prompt, r.generated, 0};
+  out.usage = {r.n_prompt, r.generated, r.cached};
   const auto now = Clock::now();
   out.timing.queue_s = std::max(0.0, r.queue_s);
   out.timing.e2e_s = std::chrono::duration<double>(now - r.submitted).count();
@@ -285,6 +336,7 @@ void Engine::remove_finished() {
   int n = 0;
   for (auto& r : running_) n += r->done;
   for (auto& r : waiting_) n += r->done;
+  if (n == 0) return;
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());
   std::lock_guard<std::mutex> lock(mu_);
@@ -295,65 +347,125 @@ bool Engine::step() {
   drain_inbox();
   expire(Clock::now());
   admit();
-  // The batch: every running request feeds its next chunk (decoders: their last token), in
-  // order — decoders first, then prefill chunks while the token budget lasts.
-  std::vector<Live*> order;
+  const int64_t V = model_.config.vocab_size;
+  // Whole-prompt cache hits sample straight from the stored logits.
+  bool worked = false;
   for (auto& r : running_)
-    if (r->tokens.size() - r->fed == 1) order.push_back(r.get());
-  for (auto& r : running_)
-    if (r->tokens.size() - r->fed > 1) order.push_back(r.get());
+    if (!r->done && !r->cached_logits.empty()) {
+      std::vector<float> logits = std::move(r->cached_logits);
+      r->cached_logits.clear();
+      emit_token(*r, sample_token(logits.data(), static_cast<int>(V), r->p.sampling, r->history, r->generated));
+      worked = true;
+    }
+  // The batch: every running request feeds its next chunk (decoders: their last token) —
+  // decoders first, then prefill chunks while the token budget lasts.
   ForwardBatch batch;
-  std::vector<Live*> in_batch;
-  std::vector<bool> samples;
+  std::vector<Live*> in_batch, candidates;
+  for (auto& rp : running_) candidates.push_back(rp.get());  // make_room may preempt (move) some
   int32_t budget = opts_.step_token_budget;
-  for (Live* r : order) {
-    if (r->done) continue;
-    const int32_t total = static_cast<int32_t>(r->tokens.size());
-    const int32_t end = chunk_end(r->fed, total, opts_.prefill_chunk);
-    const int32_t n = end - r->fed;
-    if (n > budget) continue;
-    if (!make_room(*r, end)) {
-      finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
-      continue;
+  for (int pass = 0; pass < 2; ++pass)
+    for (Live* r : candidates) {
+      const int32_t total = static_cast<int32_t>(r->tokens.size());
+      if (r->done || !r->state.allocated() || (total - r->fed == 1) != (pass == 0) || r->fed >= total) continue;
+      const int32_t end = chunk_end(r->fed, total, opts_.prefill_chunk);
+      if (end - r->fed > budget) continue;
+      if (!make_room(*r, end)) {
+        finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
+        continue;
+      }
+      budget -= end - r->fed;
+      in_batch.push_back(r);
     }
-    budget -= n;
-    in_batch.push_back(r);
-    samples.push_back(end == total);
-  }
-  // make_room may have preempted requests already placed in the batch
+  // make_room may have preempted requests placed earlier in this batch
   std::vector<Live*> kept;
-  std::vector<bool> kept_samples;
-  for (size_t i = 0; i < in_batch.size(); ++i)
-    if (!in_batch[i]->done && in_batch[i]->state.allocated()) {
-      kept.push_back(in_batch[i]);
-      kept_samples.push_back(samples[i]);
+  for (Live* r : in_batch)
+    if (!r->done && r->state.allocated()) {
+      kept.push_back(r);
+      const int32_t end = chunk_end(r->fed, static_cast<int32_t>(r->tokens.size()), opts_.prefill_chunk);
+      batch.add_sequence(r->tokens.data() + r->fed, end - r->fed, r->fed, r->state);
     }
-  for (Live* r : kept) {
-    const int32_t end = chunk_end(r->fed, static_cast<int32_t>(r->tokens.size()), opts_.prefill_chunk);
-    batch.add_sequence(r->tokens.data() + r->fed, end - r->fed, r->fed, r->state.layer_pages);
-  }
-  bool worked = !kept.empty();
-  if (worked) {
+  if (!kept.empty()) {
+    worked = true;
     std::vector<float> logits;
     backend_->forward(batch, logits);
-    const int64_t V = model_.config.vocab_size;
     for (size_t i = 0; i < kept.size(); ++i) {
       Live& r = *kept[i];
-      r.fed = chunk_end(r.fed, static_cast<int32_t>(r.tokens.size()), opts_.prefill_chunk);
-      if (!kept_samples[i]) continue;
+      const int32_t total = static_cast<int32_t>(r.tokens.size());
+      r.fed = chunk_end(r.fed, total, opts_.prefill_chunk);
+      if (r.fed != total) continue;
       const float* row = logits.data() + i * V;
+      if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
+        cache_.snapshot(r.tokens, r.n_prompt, r.state, row, V);  // the prompt, for repeats
       emit_token(r, sample_token(row, static_cast<int>(V), r.p.sampling, r.history, r.generated));
     }
   }
   remove_finished();
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.steps;
-  stats_.running = static_cast<int>(running_.size());
-  stats_.waiting = static_cast<int>(waiting_.size());
-  queued_ = stats_.waiting + static_cast<int>(inbox_.size());
-  stats_.pages_used = pool_.used();
-  stats_.pages_total = pool_.total();
+  update_stats();
   return worked;
+}
+
+void Engine::update_stats() {
+  EngineStats s;
+  s.running = static_cast<int>(running_.size());
+  s.waiting = static_cast<int>(waiting_.size());
+  s.pages_used = pool_.used();
+  s.pages_total = pool_.total();
+  int64_t live = 0, allocated = 0;
+  const auto& layouts = backend_->state_layouts();
+  for (const auto& r : running_) {
+    if (!r->state.allocated()) continue;
+    for (size_t l = 0; l < layouts.size(); ++l) {
+      const int32_t pages = static_cast<int32_t>(r->state.layer_pages[l].size());
+      (layouts[l].token_floats > 0 ? s.pages_kv : layouts[l].fixed_floats > 0 && r->state.layer_pages[l].size() > 0 &&
+                                                          std::any_of(layouts[l].tensors.begin(), layouts[l].tensors.end(),
+                                                                      [](const StateTensor& t) { return t.name.rfind("ring", 0) == 0; })
+                                                      ? s.pages_ring
+                                                      : s.pages_constant) += pages;
+      live += layouts[l].floats_for(r->fed);
+      allocated += static_cast<int64_t>(pages) * backend_->page_floats();
+    }
+  }
+  s.pool_efficiency = allocated ? static_cast<double>(live) / allocated : 1.0;
+  s.cache = cache_.stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  s.steps = stats_.steps + 1;
+  s.preemptions = stats_.preemptions;
+  s.finished = stats_.finished;
+  stats_ = s;
+  queued_ = s.waiting + static_cast<int>(inbox_.size());
+}
+
+std::string Engine::verify() const {
+  std::map<int32_t, int32_t> holders;
+  const auto& layouts = backend_->state_layouts();
+  const int64_t pf = backend_->page_floats();
+  std::string err;
+  for (const auto& r : running_)
+    for (size_t l = 0; l < r->state.layer_pages.size(); ++l)
+      for (size_t i = 0; i < r->state.layer_pages[l].size(); ++i) {
+        const int32_t p = r->state.layer_pages[l][i];
+        ++holders[p];
+        // pages a request may still write: its fixed region and rows from `fed` on
+        const bool writable = static_cast<int64_t>(i) * pf < layouts[l].fixed_floats ||
+                              static_cast<int64_t>(i + 1) * pf > layouts[l].floats_for(r->fed);
+        if (writable && pool_.refcount(p) != 1)
+          err += "request " + std::to_string(r->id) + " layer " + std::to_string(l) + ": writable page " +
+                 std::to_string(p) + " is shared (" + std::to_string(pool_.refcount(p)) + " holders)\n";
+      }
+  cache_.for_each_entry([&](const CacheEntry& e) {
+    for (const auto& lp : e.state.layer_pages)
+      for (int32_t p : lp) ++holders[p];
+  });
+  int32_t held = 0;
+  for (int32_t p = 0; p < pool_.total(); ++p) {
+    const int32_t h = holders.count(p) ? holders[p] : 0;
+    held += h > 0;
+    if (h != pool_.refcount(p))
+      err += "page " + std::to_string(p) + ": refcount " + std::to_string(pool_.refcount(p)) + " but " +
+             std::to_string(h) + " holders\n";
+  }
+  if (held != pool_.used()) err += "pool counts " + std::to_string(pool_.used()) + " used pages, holders " + std::to_string(held) + "\n";
+  return err;
 }
 
 }  // namespace mixserve

@@ -2,23 +2,25 @@
 
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 namespace mixserve {
 
 namespace {
 
-struct MixerName {
+using json = nlohmann::json;
+
+// The 12 mixers and the parameters each accepts (config.py's MIXER_PARAMS).
+struct MixerInfo {
   MixerKind kind;
   const char* name;
   std::set<std::string> params;
 };
 
-const std::vector<MixerName>& mixer_names() {
-  static const std::vector<MixerName> names = {
+const std::vector<MixerInfo>& mixer_table() {
+  static const std::vector<MixerInfo> table = {
       {MixerKind::kAttention, "attention", {"heads", "rope", "rope_base"}},
       {MixerKind::kAftSimple, "aft_simple", {}},
       {MixerKind::kAftLocal, "aft_local", {"window"}},
@@ -32,111 +34,149 @@ const std::vector<MixerName>& mixer_names() {
       {MixerKind::kLinear, "linear", {"heads", "eps"}},
       {MixerKind::kPerformer, "performer", {"heads", "features", "eps"}},
   };
-  return names;
+  return table;
 }
 
-using json = nlohmann::json;
+const MixerInfo& mixer_info(MixerKind kind) {
+  for (const MixerInfo& m : mixer_table())
+    if (m.kind == kind) return m;
+  throw ModelError("unknown mixer kind " + std::to_string(static_cast<int>(kind)));
+}
 
-// Reads typed values with messages that name the key.
+std::string join(const std::set<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// Reads typed values from one JSON object; every message starts with `prefix` and names the key:
+// "config.json: vocab_size must be ..." or "config.json: layers[2]: window=0 must be ...".
 struct Reader {
   const json& obj;
-  std::string where;  // "config.json" or "config.json: layers[2]"
+  std::string prefix;
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw ModelError(where + ": " + key + (what.rfind("=", 0) == 0 ? "" : " ") + what);
+    throw ModelError(prefix + key + what);
   }
-  bool has(const char* key) const { return obj.contains(key) && !obj[key].is_null(); }
-  int64_t integer(const char* key, int64_t fallback) const {
-    if (!has(key)) return fallback;
+  // config.py treats a JSON null as "use the default" only where its default is None
+  // (window, features, head_bias); anywhere else null is a type error, as it is there.
+  bool present(const char* key, bool null_means_default = false) const {
+    return obj.contains(key) && !(null_means_default && obj[key].is_null());
+  }
+  int64_t integer(const char* key, int64_t fallback, bool null_means_default = false) const {
+    if (!present(key, null_means_default)) return fallback;
     const json& v = obj[key];
-    if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(key, " must be an integer, got " + v.dump());
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})
+      fail(key, " is too large: " + v.dump());
     return v.get<int64_t>();
   }
   double number(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
+    if (!present(key)) return fallback;
     const json& v = obj[key];
-    if (!v.is_number()) fail(key, "must be a number, got " + v.dump());
+    if (!v.is_number()) fail(key, " must be a number, got " + v.dump());
     return v.get<double>();
   }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
+  bool boolean(const char* key, bool fallback, bool null_means_default = false) const {
+    if (!present(key, null_means_default)) return fallback;
     const json& v = obj[key];
-    if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+    if (!v.is_boolean()) fail(key, " must be true or false, got " + v.dump());
     return v.get<bool>();
   }
-  std::string string(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = obj[key];
-    if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
-    return v.get<std::string>();
-  }
   template <typename T>
-  T choice(const char* key, const std::string& fallback, const std::map<std::string, T>& options) const {
-    const std::string v = string(key, fallback);
-    auto it = options.find(v);
-    if (it == options.end()) {
-      std::string known;
-      for (const auto& [name, _] : options) known += (known.empty() ? "" : ", ") + name;
-      fail(key, "must be one of " + known + ", got \"" + v + "\"");
+  T choice(const char* key, const std::string& fallback,
+           const std::vector<std::pair<std::string, T>>& options) const {
+    std::string v = fallback;
+    if (present(key)) {
+      if (!obj[key].is_string()) fail(key, " must be a string, got " + obj[key].dump());
+      v = obj[key].get<std::string>();
     }
-    return it->second;
+    std::string known;
+    for (const auto& [name, value] : options) {
+      if (name == v) return value;
+      known += (known.empty() ? "" : ", ") + name;
+    }
+    fail(key, " must be one of " + known + ", got \"" + v + "\"");
   }
-  void only(const std::set<std::string>& allowed) const {
-    for (const auto& [k, _] : obj.items())
-      if (!allowed.count(k)) throw ModelError(where + ": unknown key \"" + k + "\"");
+  // Unknown keys are errors: a typo must not silently change the model.
+  void only(const std::set<std::string>& allowed, const std::string& owner) const {
+    for (const auto& [k, v] : obj.items())
+      if (!allowed.count(k))
+        throw ModelError(prefix + "unknown key \"" + k + "\"" + owner +
+                         " (allowed: " + join(allowed) + ")");
   }
 };
 
-LayerConfig parse_layer(const json& j, int index, const ModelConfig& cfg, const std::string& source) {
-  const std::string where = source + ": layers[" + std::to_string(index) + "]";
-  if (!j.is_object()) throw ModelError(where + " must be an object");
-  Reader r{j, where};
-  if (!r.has("mixer")) throw ModelError(where + ": missing key \"mixer\"");
-  LayerConfig l;
+std::string layer_prefix(const std::string& source, size_t i) {
+  return source + ": layers[" + std::to_string(i) + "]: ";
+}
+
+// config.py's _complete(): the mixer must be known and the layer may hold only its parameters.
+MixerKind layer_kind(const json& layer, size_t i, const std::string& source) {
+  const std::string prefix = layer_prefix(source, i);
+  if (!layer.is_object()) throw ModelError(prefix + "must be an object, got " + layer.dump());
+  if (!layer.contains("mixer")) throw ModelError(prefix + "missing key \"mixer\"");
+  if (!layer["mixer"].is_string())
+    throw ModelError(prefix + "mixer must be a string, got " + layer["mixer"].dump());
+  MixerKind kind;
   try {
-    l.kind = parse_mixer_kind(r.string("mixer", ""));
+    kind = parse_mixer_kind(layer["mixer"].get<std::string>());
   } catch (const ModelError& e) {
-    throw ModelError(where + ": " + e.what());
+    throw ModelError(prefix + e.what());
   }
-  const MixerName* info = nullptr;
-  for (const MixerName& m : mixer_names())
-    if (m.kind == l.kind) info = &m;
-  std::set<std::string> allowed = info->params;
+  std::set<std::string> allowed = mixer_info(kind).params;
   allowed.insert("mixer");
-  r.only(allowed);
+  Reader{layer, prefix}.only(allowed, std::string(" for mixer ") + mixer_kind_name(kind));
+  return kind;
+}
+
+// config.py's defaults and validate() for one layer, plus the type checks C++ needs.
+LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const ModelConfig& cfg,
+                        const std::string& source) {
+  const Reader r{layer, layer_prefix(source, i)};
+  const std::set<std::string>& params = mixer_info(kind).params;
+  LayerConfig l;
+  l.kind = kind;
   l.heads = r.integer("heads", 1);
+  if (params.count("heads") && (l.heads <= 0 || cfg.d_model % l.heads != 0))
+    r.fail("heads",
+           "=" + std::to_string(l.heads) + " must divide d_model=" + std::to_string(cfg.d_model));
+  const int64_t head_size = cfg.d_model / l.heads;
   l.rope = r.boolean("rope", false);
-  l.rope_base = r.number("rope_base", 10000.0);
-  l.window = r.integer("window", l.kind == MixerKind::kAftLocal ? 32 : cfg.max_seq_len);
+  if ((l.rope || kind == MixerKind::kRetnet) && head_size % 2 != 0)
+    throw ModelError(r.prefix + "RoPE needs an even head size, got " + std::to_string(head_size));
+  // As in config.py, an absent window takes the mixer's default and a null one max_seq_len.
+  const bool window_absent = !layer.contains("window");
+  l.window = r.integer("window",
+                       kind == MixerKind::kAftLocal && window_absent ? 32 : cfg.max_seq_len, true);
+  if (params.count("window") && (l.window < 1 || l.window > cfg.max_seq_len))
+    r.fail("window", "=" + std::to_string(l.window) +
+                         " must be in [1, max_seq_len=" + std::to_string(cfg.max_seq_len) + "]");
+  l.features = r.integer("features", head_size, true);
+  if (l.features <= 0)
+    r.fail("features", " must be a positive integer, got " + std::to_string(l.features));
   l.out_proj = r.boolean("out_proj", true);
+  // Beyond config.py: these feed divisions and logarithms, so they must be positive.
+  l.rope_base = r.number("rope_base", 10000.0);
+  if (!(l.rope_base > 0)) r.fail("rope_base", " must be positive");
   l.gn_eps = static_cast<float>(r.number("gn_eps", 1e-5));
+  if (!(l.gn_eps > 0)) r.fail("gn_eps", " must be positive");
   l.eps = static_cast<float>(r.number("eps", 1e-6));
-  if (info->params.count("heads") && (l.heads <= 0 || cfg.d_model % l.heads != 0))
-    r.fail("heads", "=" + std::to_string(l.heads) + " must divide d_model=" + std::to_string(cfg.d_model));
-  const int64_t h = cfg.d_model / l.heads;
-  if ((l.rope || l.kind == MixerKind::kRetnet) && h % 2 != 0)
-    throw ModelError(where + ": RoPE needs an even head size, got " + std::to_string(h));
-  if (info->params.count("window") && (l.window < 1 || l.window > cfg.max_seq_len))
-    r.fail("window", "=" + std::to_string(l.window) + " must be in [1, max_seq_len=" +
-                         std::to_string(cfg.max_seq_len) + "]");
-  l.features = r.integer("features", h);
-  if (l.features <= 0) r.fail("features", "must be a positive integer");
-  if (!(l.rope_base > 0)) r.fail("rope_base", "must be positive");
-  if (!(l.gn_eps > 0) || !(l.eps > 0)) throw ModelError(where + ": eps values must be positive");
+  if (!(l.eps > 0)) r.fail("eps", " must be positive");
   return l;
 }
 
 }  // namespace
 
 const char* mixer_kind_name(MixerKind kind) {
-  for (const MixerName& m : mixer_names())
+  for (const MixerInfo& m : mixer_table())
     if (m.kind == kind) return m.name;
   return "?";
 }
 
 MixerKind parse_mixer_kind(const std::string& name) {
   std::string known;
-  for (const MixerName& m : mixer_names()) {
+  for (const MixerInfo& m : mixer_table()) {
     if (name == m.name) return m.kind;
     known += (known.empty() ? "" : ", ") + std::string(m.name);
   }
@@ -146,12 +186,13 @@ MixerKind parse_mixer_kind(const std::string& name) {
 const std::vector<MixerKind>& all_mixer_kinds() {
   static const std::vector<MixerKind> kinds = [] {
     std::vector<MixerKind> k;
-    for (const MixerName& m : mixer_names()) k.push_back(m.kind);
+    for (const MixerInfo& m : mixer_table()) k.push_back(m.kind);
     return k;
   }();
   return kinds;
 }
 
+// The checks run in config.py's order, so a config with several faults reports the same first one.
 ModelConfig parse_model_config(const std::string& text, const std::string& source) {
   json j;
   try {
@@ -160,53 +201,68 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     throw ModelError(source + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw ModelError(source + ": must be a JSON object");
-  Reader r{j, source};
+  const Reader r{j, source + ": "};
   r.only({"vocab_size", "d_model", "n_layers", "ffn_dim", "max_seq_len", "layers", "position",
-          "embed_scale", "norm", "norm_eps", "activation", "ffn", "bias", "tie_embeddings",
-          "embed_norm", "bos_id", "eos_id", "head_bias"});
-  ModelConfig c;
+          "embed_scale", "norm", "norm_eps", "activation", "ffn", "bias", "head_bias",
+          "tie_embeddings", "embed_norm", "bos_id", "eos_id"},
+         "");
   for (const char* key : {"vocab_size", "d_model", "n_layers", "ffn_dim", "max_seq_len", "layers"})
-    if (!r.has(key)) throw ModelError(source + ": missing key \"" + key + "\"");
+    if (!j.contains(key)) throw ModelError(source + ": missing key \"" + key + "\"");
+
+  const json& layers = j["layers"];
+  if (!layers.is_array()) r.fail("layers", " must be a list, got " + layers.dump());
+  std::vector<MixerKind> kinds;
+  for (size_t i = 0; i < layers.size(); ++i) kinds.push_back(layer_kind(layers[i], i, source));
+
+  ModelConfig c;
   auto positive = [&](const char* key) {
-    int64_t v = r.integer(key, 0);
-    if (v <= 0) r.fail(key, "must be a positive integer, got " + std::to_string(v));
-    return v;
+    const json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 ||
+        (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+      r.fail(key, " must be a positive integer, got " + v.dump());
+    return v.get<int64_t>();
   };
   c.vocab_size = positive("vocab_size");
   c.d_model = positive("d_model");
   c.n_layers = positive("n_layers");
   c.ffn_dim = positive("ffn_dim");
   c.max_seq_len = positive("max_seq_len");
+  if (static_cast<int64_t>(layers.size()) != c.n_layers)
+    throw ModelError(source + ": n_layers is " + std::to_string(c.n_layers) + " but layers has " +
+                     std::to_string(layers.size()) + " entries");
   c.position = r.choice<PositionKind>("position", "learned",
                                       {{"learned", PositionKind::kLearned},
                                        {"sinusoidal", PositionKind::kSinusoidal},
                                        {"none", PositionKind::kNone}});
   r.choice<int>("norm", "layernorm", {{"layernorm", 0}});
-  c.norm_eps = static_cast<float>(r.number("norm_eps", 1e-5));
+  c.activation = r.choice<Activation>(
+      "activation", "relu", {{"relu", Activation::kRelu}, {"gelu_tanh", Activation::kGeluTanh}});
+  c.ffn = r.choice<FfnKind>(
+      "ffn", "mlp", {{"mlp", FfnKind::kMlp}, {"rwkv_channel_mix", FfnKind::kRwkvChannelMix}});
+  if (c.position == PositionKind::kSinusoidal && c.d_model % 2 != 0)
+    throw ModelError(source + ": sinusoidal positions need an even d_model, got " +
+                     std::to_string(c.d_model));
+  for (size_t i = 0; i < layers.size(); ++i)
+    c.layers.push_back(parse_layer(layers[i], kinds[i], i, c, source));
+
+  // Not checked by config.py, whose Python accepts any value here; C++ needs the types, and the
+  // ranges keep the engine's arithmetic and indexing sound.
   c.embed_scale = static_cast<float>(r.number("embed_scale", 1.0));
-  c.activation = r.choice<Activation>("activation", "relu",
-                                      {{"relu", Activation::kRelu}, {"gelu_tanh", Activation::kGeluTanh}});
-  c.ffn = r.choice<FfnKind>("ffn", "mlp",
-                            {{"mlp", FfnKind::kMlp}, {"rwkv_channel_mix", FfnKind::kRwkvChannelMix}});
+  c.norm_eps = static_cast<float>(r.number("norm_eps", 1e-5));
+  if (!(c.norm_eps > 0)) r.fail("norm_eps", " must be positive");
   c.bias = r.boolean("bias", true);
-  c.head_bias = r.boolean("head_bias", c.bias);
+  c.head_bias = r.boolean("head_bias", c.bias, true);
   c.tie_embeddings = r.boolean("tie_embeddings", true);
   c.embed_norm = r.boolean("embed_norm", false);
-  c.bos_id = r.integer("bos_id", -1);
-  c.eos_id = r.integer("eos_id", -1);
-  if (!(c.norm_eps > 0)) r.fail("norm_eps", "must be positive");
-  if (c.position == PositionKind::kSinusoidal && c.d_model % 2 != 0)
-    throw ModelError(source + ": sinusoidal positions need an even d_model");
-  const json& layers = j["layers"];
-  if (!layers.is_array()) r.fail("layers", "must be a list");
-  if (static_cast<int64_t>(layers.size()) != c.n_layers)
-    throw ModelError(source + ": n_layers is " + std::to_string(c.n_layers) + " but layers has " +
-                     std::to_string(layers.size()) + " entries");
-  for (size_t i = 0; i < layers.size(); ++i)
-    c.layers.push_back(parse_layer(layers[i], static_cast<int>(i), c, source));
-  for (int64_t id : {c.bos_id, c.eos_id})
+  auto token_id = [&](const char* key) {
+    const int64_t id = r.integer(key, -1);
     if (id < -1 || id >= c.vocab_size)
-      throw ModelError(source + ": bos_id/eos_id must be -1 or a token id below vocab_size");
+      r.fail(key, "=" + std::to_string(id) + " must be -1 (none) or a token id below vocab_size=" +
+                      std::to_string(c.vocab_size));
+    return id;
+  };
+  c.bos_id = token_id("bos_id");
+  c.eos_id = token_id("eos_id");
   return c;
 }
 

@@ -1,5 +1,8 @@
-// config.json of a mixserve model (docs/model-format.md), validated exactly as the reference's
-// reference/mixserve_ref/config.py does.
+// config.json of a mixserve model (docs/model-format.md), validated with the rules of the
+// reference's reference/mixserve_ref/config.py, in its order, with the same defaults. Where
+// Python takes any value (types of the optional keys, norm_eps/eps/gn_eps/rope_base, bos_id and
+// eos_id) C++ also requires the JSON type and a sound range, since a wrong one would otherwise
+// surface as NaNs or an out-of-range token id.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +14,17 @@
 namespace mixserve {
 
 enum class MixerKind {
-  kAttention, kAftSimple, kAftLocal, kAftFull, kRetnet, kShe, kHe, kWe, kMe, kRwkv, kLinear,
+  kAttention,
+  kAftSimple,
+  kAftLocal,
+  kAftFull,
+  kRetnet,
+  kShe,
+  kHe,
+  kWe,
+  kMe,
+  kRwkv,
+  kLinear,
   kPerformer,
 };
 enum class PositionKind { kLearned, kSinusoidal, kNone };
@@ -23,16 +36,17 @@ const char* mixer_kind_name(MixerKind kind);
 MixerKind parse_mixer_kind(const std::string& name);
 const std::vector<MixerKind>& all_mixer_kinds();
 
+// Every field is filled for every mixer (defaults where the mixer takes no such parameter).
 struct LayerConfig {
   MixerKind kind = MixerKind::kAttention;
   int64_t heads = 1;
   bool rope = false;
   double rope_base = 10000.0;
-  int64_t window = 0;  // FIR mixers: W; aft_local: s
+  int64_t window = 0;  // FIR mixers: W [max_seq_len]; aft_local: s [32]
   bool out_proj = true;
   float gn_eps = 1e-5f;
   float eps = 1e-6f;
-  int64_t features = 0;  // performer: m
+  int64_t features = 0;  // performer: m [d_model / heads]
 };
 
 struct ModelConfig {
@@ -52,8 +66,9 @@ struct ModelConfig {
   int64_t head_dim(int layer) const { return d_model / layers[layer].heads; }
 };
 
-// Parses config.json text; `source` names the file in error messages.
-ModelConfig parse_model_config(const std::string& json_text, const std::string& source = "config.json");
+// Parses config.json text; `source` names the file in error messages. Throws ModelError.
+ModelConfig parse_model_config(const std::string& json_text,
+                               const std::string& source = "config.json");
 ModelConfig load_model_config(const std::string& path);
 
 }  // namespace mixserve

@@ -6,36 +6,52 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
-
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace mixserve {
 
 namespace {
-const std::map<std::string, DType>& dtype_table() {
-  static const std::map<std::string, DType> t = {
-      {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F64", DType::kF64},
-      {"I64", DType::kI64}, {"I32", DType::kI32}, {"I16", DType::kI16},   {"I8", DType::kI8},
-      {"U8", DType::kU8},   {"BOOL", DType::kBool}};
-  return t;
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kF32, "F32", 4},   {DType::kF16, "F16", 2},        {DType::kBF16, "BF16", 2},
+    {DType::kF64, "F64", 8},   {DType::kI64, "I64", 8},        {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},          {DType::kU64, "U64", 8},
+    {DType::kU32, "U32", 4},   {DType::kU16, "U16", 2},        {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1}, {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+};
+
+const DTypeInfo* find_dtype(const std::string& name) {
+  for (const DTypeInfo& d : kDTypes)
+    if (name == d.name) return &d;
+  return nullptr;
 }
+
+std::string range_str(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
 }  // namespace
 
 const char* dtype_name(DType t) {
-  for (const auto& [name, dt] : dtype_table())
-    if (dt == t) return name.c_str();
+  for (const DTypeInfo& d : kDTypes)
+    if (d.dtype == t) return d.name;
   return "?";
 }
 
 size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::kF64: case DType::kI64: return 8;
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: case DType::kI16: return 2;
-    default: return 1;
-  }
+  for (const DTypeInfo& d : kDTypes)
+    if (d.dtype == t) return d.size;
+  return 0;
 }
 
 int64_t TensorView::numel() const {
@@ -44,98 +60,139 @@ int64_t TensorView::numel() const {
   return n;
 }
 
+void SafetensorsFile::fail(const std::string& what) const {
+  throw ModelError(path_ + ": " + what);
+}
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  auto fail = [&](const std::string& what) { throw ModelError(path + ": " + what); };
-  int fd = ::open(path.c_str(), O_RDONLY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(std::string("cannot open (") + std::strerror(errno) + ")");
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("cannot stat");
+    fail("not a regular file");
   }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 8) {
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < 8) {
     ::close(fd);
-    fail("truncated: " + std::to_string(size_) + " bytes, shorter than the 8-byte header length");
+    fail("truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   }
-  map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);  // the mapping keeps the file alive
+  if (map == MAP_FAILED) fail(std::string("cannot mmap (") + std::strerror(errno) + ")");
+  map_ = map;
+  size_ = size;
+  // From here on a throw leaves the constructor without running the destructor.
+  try {
+    const uint8_t* base = static_cast<const uint8_t*>(map_);
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
+    if (header_len > kMaxHeaderBytes)
+      fail("header of " + std::to_string(header_len) + " bytes exceeds the 100 MB limit");
+    if (header_len > size_ - 8)
+      fail("truncated: header says " + std::to_string(header_len) + " bytes but the file has " +
+           std::to_string(size_ - 8) + " after the length");
+    parse_header(base + 8, header_len, size_ - 8 - header_len);
+  } catch (...) {
+    munmap(map_, size_);
     map_ = nullptr;
-    fail("cannot mmap");
+    throw;
   }
-  const uint8_t* base = static_cast<const uint8_t*>(map_);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
-  if (header_len > kMaxHeaderBytes) fail("header of " + std::to_string(header_len) + " bytes exceeds the 100 MB limit");
-  if (8 + header_len > size_)
-    fail("truncated: header says " + std::to_string(header_len) + " bytes but the file has " +
-         std::to_string(size_ - 8) + " after the length");
+}
+
+void SafetensorsFile::parse_header(const uint8_t* header_bytes, size_t header_len,
+                                   size_t data_size) {
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(base + 8, base + 8 + header_len);
+    header = nlohmann::json::parse(header_bytes, header_bytes + header_len);
   } catch (const nlohmann::json::parse_error& e) {
     fail(std::string("header is not valid JSON (") + e.what() + ")");
   }
   if (!header.is_object()) fail("header is not a JSON object");
-  const uint8_t* data = base + 8 + header_len;
-  const size_t data_size = size_ - 8 - header_len;
-  std::vector<std::pair<size_t, size_t>> ranges;
+  const uint8_t* data = header_bytes + header_len;
+
+  struct Range {
+    uint64_t begin, end;
+    size_t tensor;
+  };
+  std::vector<Range> ranges;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       if (!info.is_object()) fail("__metadata__ must be an object of strings");
       for (const auto& [k, v] : info.items()) {
-        if (!v.is_string()) fail("__metadata__." + k + " must be a string");
+        if (!v.is_string()) fail("__metadata__." + k + " must be a string, got " + v.dump());
         metadata_[k] = v.get<std::string>();
       }
       continue;
     }
     auto bad = [&](const std::string& what) { fail("tensor " + name + ": " + what); };
-    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
-        !info.contains("data_offsets"))
-      bad("entry needs dtype, shape and data_offsets");
-    if (!info["dtype"].is_string()) bad("dtype must be a string");
-    auto dt = dtype_table().find(info["dtype"].get<std::string>());
-    if (dt == dtype_table().end()) bad("unknown dtype " + info["dtype"].dump());
-    TensorView t{name, dt->second, {}, nullptr, 0};
-    if (!info["shape"].is_array()) bad("shape must be a list");
-    size_t count = 1;
-    for (const auto& s : info["shape"]) {
-      if (!s.is_number_unsigned() && !(s.is_number_integer() && s.get<int64_t>() >= 0))
-        bad("shape entries must be non-negative integers, got " + s.dump());
-      t.shape.push_back(s.get<int64_t>());
-      if (t.shape.back() > 0 && count > (SIZE_MAX / 16) / static_cast<size_t>(t.shape.back()))
-        bad("shape is too large");
-      count *= static_cast<size_t>(t.shape.back());
+    if (!info.is_object()) bad("entry must be an object, got " + info.dump());
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (!info.contains(key))
+        bad("entry needs dtype, shape and data_offsets (missing " + std::string(key) + ")");
+
+    const auto& dtype = info.at("dtype");
+    if (!dtype.is_string()) bad("dtype must be a string, got " + dtype.dump());
+    const DTypeInfo* dt = find_dtype(dtype.get<std::string>());
+    if (!dt) bad("unknown dtype " + dtype.dump());
+
+    TensorView t{name, dt->dtype, {}, nullptr, 0};
+    const auto& shape = info.at("shape");
+    if (!shape.is_array()) bad("shape must be a list, got " + shape.dump());
+    uint64_t count = 1;  // elements; overflow-checked so a huge shape cannot wrap to a small one
+    bool overflow = false;
+    for (const auto& s : shape) {
+      if (!s.is_number_unsigned() || s.get<uint64_t>() > uint64_t{INT64_MAX})
+        bad("shape entries must be non-negative integers, got " + shape.dump());
+      const uint64_t dim = s.get<uint64_t>();
+      overflow |= __builtin_mul_overflow(count, dim, &count);
+      t.shape.push_back(static_cast<int64_t>(dim));
     }
-    const auto& off = info["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      bad("data_offsets must be two non-negative integers");
+    uint64_t expected_bytes = 0;
+    overflow |= __builtin_mul_overflow(count, uint64_t{dt->size}, &expected_bytes);
+    if (overflow || count > uint64_t{INT64_MAX}) bad("shape " + shape.dump() + " is too large");
+
+    const auto& off = info.at("data_offsets");
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      bad("data_offsets must be two non-negative integers, got " + off.dump());
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (begin > end) bad("data_offsets are descending");
+    if (begin > end) bad("data_offsets are descending: " + range_str(begin, end));
     if (end > data_size)
       bad("data_offsets end at " + std::to_string(end) + " beyond the data region of " +
           std::to_string(data_size) + " bytes (file truncated?)");
-    t.bytes = static_cast<size_t>(end - begin);
-    if (t.bytes != count * dtype_size(t.dtype))
-      bad("holds " + std::to_string(t.bytes) + " bytes but " + dtype_name(t.dtype) + " " +
-          std::to_string(count) + " elements need " + std::to_string(count * dtype_size(t.dtype)));
+    if (end - begin != expected_bytes)
+      bad("holds " + std::to_string(end - begin) + " bytes but " + dt->name + " " + shape.dump() +
+          " needs " + std::to_string(expected_bytes));
     t.data = data + begin;
-    ranges.emplace_back(begin, end);
+    t.bytes = static_cast<size_t>(end - begin);
+    ranges.push_back({begin, end, tensors_.size()});
     index_[name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
-  // The tensors must tile the data region exactly: no overlaps, no gaps, nothing after.
-  std::vector<size_t> order(tensors_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  size_t at = 0;
-  for (size_t i : order) {
-    if (ranges[i].first < at) fail("tensor " + tensors_[i].name + " overlaps another tensor");
-    if (ranges[i].first > at) fail("gap of " + std::to_string(ranges[i].first - at) + " bytes before tensor " + tensors_[i].name);
-    at = ranges[i].second;
+
+  // The tensors must tile the data region exactly, in any order: no overlap, no gap, nothing
+  // after the last one (as the reference safetensors library requires).
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t at = 0;
+  const std::string* previous = nullptr;
+  for (const Range& r : ranges) {
+    const std::string& name = tensors_[r.tensor].name;
+    if (r.begin < at)
+      fail("tensor " + name + " (data_offsets " + range_str(r.begin, r.end) + ") overlaps tensor " +
+           *previous);
+    if (r.begin > at)
+      fail("gap of " + std::to_string(r.begin - at) + " bytes before tensor " + name +
+           " (data_offsets " + range_str(r.begin, r.end) + ")");
+    at = r.end;
+    previous = &name;
   }
-  if (at != data_size) fail(std::to_string(data_size - at) + " bytes after the last tensor");
+  if (at != data_size) {
+    if (ranges.empty()) fail(std::to_string(data_size) + " bytes of data but no tensors");
+    fail(std::to_string(data_size - at) + " bytes after the last tensor " + *previous);
+  }
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -143,9 +200,14 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), size_(o.size_), tensors_(std::move(o.tensors_)),
-      index_(std::move(o.index_)), metadata_(std::move(o.metadata_)) {
+    : path_(std::move(o.path_)),
+      map_(o.map_),
+      size_(o.size_),
+      tensors_(std::move(o.tensors_)),
+      index_(std::move(o.index_)),
+      metadata_(std::move(o.metadata_)) {
   o.map_ = nullptr;
+  o.size_ = 0;
 }
 
 const TensorView* SafetensorsFile::find(const std::string& name) const {
@@ -153,42 +215,48 @@ const TensorView* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) bits = sign | 0x7f800000u | (mant << 13);  // inf, nan
-  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (mant << 13);
-  else if (mant == 0) bits = sign;  // ±0
-  else {  // subnormal: normalise
-    int e = -1;
-    uint32_t m = mant;
-    do {
-      ++e;
-      m <<= 1;
-    } while ((m & 0x400) == 0);
-    bits = sign | ((112 - e) << 23) | ((m & 0x3ff) << 13);
-  }
+namespace {
+float float_from_bits(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+}  // namespace
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  if (exp == 0x1f) return float_from_bits(sign | 0x7f800000u | (mant << 13));  // inf, NaN
+  if (exp != 0) return float_from_bits(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+  if (mant == 0) return float_from_bits(sign);  // ±0
+  // Subnormal: mant · 2^-24. Shift the leading 1 up to the implicit bit; each shift lowers the
+  // exponent by one.
+  uint32_t m = mant, e = 127 - 15 + 1;
+  while ((m & 0x400) == 0) {
+    m <<= 1;
+    --e;
+  }
+  return float_from_bits(sign | (e << 23) | ((m & 0x3ff) << 13));
 }
 
 float bfloat16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return float_from_bits(static_cast<uint32_t>(b) << 16);
 }
 
 uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = bits_of(f);
   const uint32_t sign = (x >> 16) & 0x8000;
   const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
   uint32_t mant = x & 0x7fffff;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
-  if (exp >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00);
-  if (exp <= 0) {
+  if (((x >> 23) & 0xff) == 0xff)  // inf, or NaN kept quiet with its top payload bits
+    return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
+  if (exp >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00);  // overflow to inf
+  if (exp <= 0) {                                                // subnormal half, or zero
     if (exp < -10) return static_cast<uint16_t>(sign);
     mant |= 0x800000;
     const int shift = 14 - exp;
@@ -199,14 +267,23 @@ uint16_t float_to_half(float f) {
   }
   uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
   const uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // may carry into inf: correct
   return static_cast<uint16_t>(sign | h);
+}
+
+uint16_t float_to_bfloat16(float f) {
+  const uint32_t x = bits_of(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  const uint32_t round = 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>((x + round) >> 16);
 }
 
 std::vector<float> to_float32(const TensorView& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   switch (t.dtype) {
-    case DType::kF32: std::memcpy(out.data(), t.data, t.bytes); break;
+    case DType::kF32:
+      if (t.bytes) std::memcpy(out.data(), t.data, t.bytes);
+      break;
     case DType::kF16:
     case DType::kBF16:
       for (size_t i = 0; i < out.size(); ++i) {
@@ -222,26 +299,35 @@ std::vector<float> to_float32(const TensorView& t) {
   return out;
 }
 
+const float* f32_data(const TensorView& t) {
+  if (t.dtype != DType::kF32 || reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0)
+    return nullptr;
+  return reinterpret_cast<const float*>(t.data);
+}
+
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header = nlohmann::json::object();
-  size_t offset = 0;
   std::vector<const TensorToWrite*> sorted;
   for (const auto& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  nlohmann::json header = nlohmann::json::object();
+  size_t offset = 0;
   for (const auto* t : sorted) {
-    header[t->name] = {{"dtype", dtype_name(t->dtype)}, {"shape", t->shape},
+    header[t->name] = {{"dtype", dtype_name(t->dtype)},
+                       {"shape", t->shape},
                        {"data_offsets", {offset, offset + t->bytes.size()}}};
     offset += t->bytes.size();
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string h = header.dump();
-  h.append((8 - (8 + h.size()) % 8) % 8, ' ');
-  std::ofstream f(path, std::ios::binary);
-  uint64_t n = h.size();
+  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  const uint64_t n = h.size();
   for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
   f << h;
-  for (const auto* t : sorted) f.write(reinterpret_cast<const char*>(t->bytes.data()), t->bytes.size());
+  for (const auto* t : sorted)
+    f.write(reinterpret_cast<const char*>(t->bytes.data()),
+            static_cast<std::streamsize>(t->bytes.size()));
   if (!f) throw ModelError(path + ": write failed");
 }
 

@@ -12,7 +12,24 @@
 
 namespace mixserve {
 
-enum class DType { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool };
+// Every dtype of the safetensors spec is known; only F32, F16 and BF16 can hold weights.
+enum class DType {
+  kF32,
+  kF16,
+  kBF16,
+  kF64,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU64,
+  kU32,
+  kU16,
+  kU8,
+  kBool,
+  kF8E4M3,
+  kF8E5M2,
+};
 const char* dtype_name(DType t);
 size_t dtype_size(DType t);
 
@@ -30,18 +47,24 @@ class SafetensorsFile {
   static constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
   // Maps and validates the file; throws ModelError.
+  static SafetensorsFile open(const std::string& path) { return SafetensorsFile(path); }
   explicit SafetensorsFile(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   SafetensorsFile(SafetensorsFile&& other) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) = delete;
 
   const std::string& path() const { return path_; }
+  // In the header's order.
   const std::vector<TensorView>& tensors() const { return tensors_; }
-  const TensorView* find(const std::string& name) const;
+  const TensorView* find(const std::string& name) const;  // nullptr when absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
+  void parse_header(const uint8_t* header, size_t header_bytes, size_t data_bytes);
+  [[noreturn]] void fail(const std::string& what) const;
+
   std::string path_;
   void* map_ = nullptr;
   size_t size_ = 0;
@@ -50,14 +73,19 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Element-wise conversions to float32 (exact: every F16/BF16 value is a float32 value).
+// Element-wise conversions to float32 (exact: every F16/BF16 value is a float32 value,
+// subnormals, infinities and NaN payloads included).
 float half_to_float(uint16_t h);
 float bfloat16_to_float(uint16_t b);
-uint16_t float_to_half(float f);  // round to nearest even (for tests and writers)
+uint16_t float_to_half(float f);      // round to nearest even (for tests and writers)
+uint16_t float_to_bfloat16(float f);  // round to nearest even, NaN stays NaN
 // The tensor as float32: F32 copied, F16/BF16 converted; other dtypes throw ModelError.
 std::vector<float> to_float32(const TensorView& t);
+// The tensor's data in place when it is F32 and 4-byte aligned (zero copy), else nullptr.
+const float* f32_data(const TensorView& t);
 
-// Writes a safetensors file (sorted by name; for tests and tools).
+// Writes a safetensors file (sorted by name, header padded to 8 bytes so F32 data is aligned;
+// for tests and tools).
 struct TensorToWrite {
   std::string name;
   DType dtype;

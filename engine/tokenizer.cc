@@ -13,7 +13,8 @@ class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) {
     const auto status = sp_.Load(path);
-    if (!status.ok()) throw ModelError(path + ": cannot load sentencepiece model (" + status.ToString() + ")");
+    if (!status.ok())
+      throw ModelError(path + ": cannot load sentencepiece model (" + status.ToString() + ")");
   }
   std::vector<int32_t> encode(const std::string& text) const override {
     std::vector<int> ids;
@@ -44,7 +45,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   return std::make_unique<SentencePieceTokenizer>(path);
 }
 
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, const std::vector<int32_t>& context)
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok,
+                                               const std::vector<int32_t>& context)
     : tok_(tok) {
   const size_t keep = std::min<size_t>(context.size(), 6);
   ids_.assign(context.end() - keep, context.end());

@@ -18,7 +18,9 @@ class Tokenizer {
 
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const int32_t* ids, size_t n) const = 0;
-  std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
+  std::string decode(const std::vector<int32_t>& ids) const {
+    return decode(ids.data(), ids.size());
+  }
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;  // −1 when the model has none
   virtual int eos_id() const = 0;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "engine/ffn.h"
+#include "engine/sequence_state.h"
 #include "engine/mixers/registry.h"
 
 namespace mixserve {
@@ -93,9 +94,8 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   SeqBatch sb{n_seq, b.row_start.data(), b.pos0.data(), views.data()};
   for (int l = 0; l < cfg_.n_layers; ++l) {
     for (int s = 0; s < n_seq; ++s) {
-      const int32_t begin = b.page_start[s * cfg_.n_layers + l];
-      const int32_t end = b.page_start[s * cfg_.n_layers + l + 1];
-      views[s] = {memory_.get(), b.pages.data() + begin, end - begin, page_floats_};
+      const std::vector<int32_t>& pages = b.states[s]->layer_pages[l];
+      views[s] = {memory_.get(), pages.data(), static_cast<int32_t>(pages.size()), page_floats_};
     }
     Layer& L = layers_[l];
     layer_norm(x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());

@@ -84,6 +84,8 @@ std::vector<std::vector<int32_t>> run_engine(const Fixture& fx, const std::vecto
   while (engine.step()) {
   }
   for (auto& d : done) d.get_future().get();
+  EXPECT_EQ(engine.verify(), "");
+  engine.clear_cache();
   EXPECT_EQ(engine.stats().pages_used, 0);
   return out;
 }

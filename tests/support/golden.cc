@@ -56,7 +56,7 @@ std::vector<float> Runner::forward(const std::vector<SequenceState*>& seqs,
     const int64_t need = pos[i] + static_cast<int64_t>(toks[i].size());
     if (!seqs[i]->allocated() ? !alloc.admit(*seqs[i], need) : !alloc.grow(*seqs[i], need))
       throw std::runtime_error("state pool exhausted in test");
-    b.add_sequence(toks[i].data(), static_cast<int>(toks[i].size()), pos[i], seqs[i]->layer_pages);
+    b.add_sequence(toks[i].data(), static_cast<int>(toks[i].size()), pos[i], *seqs[i]);
   }
   std::vector<float> logits;
   backend.forward(b, logits);

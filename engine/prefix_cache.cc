@@ -1,0 +1,199 @@
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+
+namespace mixserve {
+
+uint64_t PrefixCache::extend_hash(uint64_t h, int32_t token) {  // FNV-1a over the token's bytes
+  for (int i = 0; i < 4; ++i) {
+    h ^= static_cast<uint32_t>(token) >> (8 * i) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+PrefixCache::Entries::iterator PrefixCache::find(const std::vector<int32_t>& tokens, int64_t max_len,
+                                                 int64_t min_len, const std::string& session) {
+  const int64_t limit = std::min<int64_t>(max_len, static_cast<int64_t>(tokens.size()));
+  std::vector<uint64_t> hashes(limit + 1);
+  hashes[0] = kHashSeed;
+  for (int64_t i = 0; i < limit; ++i) hashes[i + 1] = extend_hash(hashes[i], tokens[i]);
+  for (int64_t n = limit; n >= std::max<int64_t>(min_len, 1); --n) {
+    Entries::iterator best = entries_.end();
+    auto [lo, hi] = by_hash_.equal_range(hashes[n]);
+    for (auto it = lo; it != hi; ++it) {
+      const CacheEntry& e = **it->second;
+      if (static_cast<int64_t>(e.tokens.size()) != n || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
+        continue;
+      if (best == entries_.end() || (!session.empty() && e.session == session)) best = it->second;
+    }
+    if (best != entries_.end()) return best;
+  }
+  return entries_.end();
+}
+
+CacheEntry* PrefixCache::lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session) {
+  auto it = find(tokens, max_len, 1, session);
+  if (it == entries_.end()) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  ++stats_.hits;
+  stats_.hit_tokens += (*it)->tokens.size();
+  touch(it);
+  return entries_.front().get();
+}
+
+bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to) {
+  Backend& be = alloc_.backend();
+  const int L = static_cast<int>(from.layer_pages.size());
+  const int64_t pf = be.page_floats();
+  // Which pages can be shared: only those holding nothing but token rows below n.
+  auto shareable = [&](int l, int64_t i) {
+    const StateLayout& s = be.state_layouts()[l];
+    return s.token_floats > 0 && i * pf >= s.fixed_floats && (i + 1) * pf <= s.floats_for(n);
+  };
+  int32_t fresh = 0;
+  for (int l = 0; l < L; ++l) {
+    const int64_t need = alloc_.layer_pages_for(l, capacity_tokens);
+    for (int64_t i = 0; i < need; ++i)
+      fresh += !(i < static_cast<int64_t>(from.layer_pages[l].size()) && shareable(l, i));
+  }
+  if (fresh > alloc_.pool().free_count()) return false;
+  to.layer_pages.assign(L, {});
+  std::vector<int32_t> copy_from, copy_to;
+  for (int l = 0; l < L; ++l) {
+    const int64_t need = alloc_.layer_pages_for(l, capacity_tokens);
+    const int64_t live = alloc_.layer_pages_for(l, n);
+    for (int64_t i = 0; i < need; ++i) {
+      if (i < static_cast<int64_t>(from.layer_pages[l].size()) && shareable(l, i)) {
+        to.layer_pages[l].push_back(from.layer_pages[l][i]);
+        alloc_.pool().retain({from.layer_pages[l][i]});
+        continue;
+      }
+      alloc_.pool().allocate(1, to.layer_pages[l]);
+      if (i < live) {
+        copy_from.push_back(from.layer_pages[l][i]);
+        copy_to.push_back(to.layer_pages[l].back());
+      }
+    }
+  }
+  be.copy_pages(copy_from, copy_to);
+  to.capacity_tokens = capacity_tokens;
+  return true;
+}
+
+void PrefixCache::snapshot(const std::vector<int32_t>& tokens, int64_t n, const SequenceState& state,
+                           const float* logits, int64_t vocab) {
+  if (max_entries_ <= 0 || n <= 0) return;
+  auto it = find(tokens, n, n, "");
+  if (it == entries_.end()) {
+    SequenceState copy;
+    if (!copy_state(state, n, n, copy)) return;
+    adopt(std::vector<int32_t>(tokens.begin(), tokens.begin() + n), std::move(copy), "", {});
+    it = entries_.begin();
+  }
+  if (logits && (*it)->logits.empty()) (*it)->logits.assign(logits, logits + vocab);
+}
+
+void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
+                        Clock::time_point expires) {
+  if (max_entries_ <= 0 || tokens.empty()) {
+    alloc_.release(state);
+    return;
+  }
+  if (!session.empty())  // one entry per session: the newest turn replaces the previous one
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if ((*it)->session == session) {
+        remove(it);
+        break;
+      }
+  while (static_cast<int>(entries_.size()) >= max_entries_ && evict_one()) {
+  }
+  auto e = std::make_unique<CacheEntry>();
+  e->hash = kHashSeed;
+  for (int32_t t : tokens) e->hash = extend_hash(e->hash, t);
+  e->tokens = std::move(tokens);
+  e->state = std::move(state);
+  e->session = session;
+  e->expires = expires;
+  entries_.push_front(std::move(e));
+  by_hash_.emplace(entries_.front()->hash, entries_.begin());
+}
+
+bool PrefixCache::restore(CacheEntry* e, SequenceState& out, int64_t capacity_tokens, bool take) {
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& p) { return p.get() == e; });
+  if (take) {  // hand a session's state over: its writable pages are private to it
+    out = std::move(e->state);
+    e->state = {};
+    remove(it);
+    if (!alloc_.grow(out, capacity_tokens)) {
+      alloc_.release(out);
+      return false;
+    }
+    return true;
+  }
+  return copy_state(e->state, static_cast<int64_t>(e->tokens.size()), capacity_tokens, out);
+}
+
+void PrefixCache::remove(Entries::iterator it) {
+  auto [lo, hi] = by_hash_.equal_range((*it)->hash);
+  for (auto h = lo; h != hi; ++h)
+    if (h->second == it) {
+      by_hash_.erase(h);
+      break;
+    }
+  if ((*it)->state.allocated()) alloc_.release((*it)->state);
+  entries_.erase(it);
+}
+
+void PrefixCache::touch(Entries::iterator it) {
+  if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
+}
+
+bool PrefixCache::evict_one() {
+  const auto now = Clock::now();
+  auto pick = [&](auto pred) {
+    for (auto it = std::prev(entries_.end());; --it) {
+      if (pred(**it)) return it;
+      if (it == entries_.begin()) return entries_.end();
+    }
+  };
+  if (entries_.empty()) return false;
+  auto it = pick([&](const CacheEntry& e) { return !e.session.empty() && e.expires <= now; });
+  if (it == entries_.end()) it = pick([](const CacheEntry& e) { return e.session.empty(); });
+  if (it == entries_.end()) it = std::prev(entries_.end());
+  remove(it);
+  ++stats_.evictions;
+  return true;
+}
+
+void PrefixCache::expire(Clock::time_point now) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto next = std::next(it);
+    if (!(*it)->session.empty() && (*it)->expires <= now) remove(it);
+    it = next;
+  }
+}
+
+void PrefixCache::clear() {
+  while (!entries_.empty()) remove(entries_.begin());
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  PrefixCacheStats s = stats_;
+  s.entries = static_cast<int>(entries_.size());
+  s.sessions = 0;
+  s.pages = 0;
+  for (const auto& e : entries_) {
+    s.sessions += !e->session.empty();
+    for (const auto& lp : e->state.layer_pages) s.pages += static_cast<int32_t>(lp.size());
+  }
+  return s;
+}
+
+void PrefixCache::for_each_entry(const std::function<void(const CacheEntry&)>& fn) const {
+  for (const auto& e : entries_) fn(*e);
+}
+
+}  // namespace mixserve

@@ -1,0 +1,91 @@
+// Prefix reuse for every kind of state (DESIGN §6): a snapshot of a sequence's state after n
+// tokens, keyed by a hash of those n tokens, so a repeated prompt — or the next turn of a
+// conversation — skips their prefill at any length, not only at block boundaries.
+//
+// A snapshot owns private copies of the pages a continuing sequence would write (the fixed
+// region: constant states and ring buffers; and a page holding rows both below and at or above
+// n) and shares, read-only with a reference count, the pages that hold only rows of tokens < n
+// (attention / aft_full K and V, which are never rewritten). Restoring does the same again, so a
+// page with more than one holder is never written: copy-on-write at page granularity.
+//
+// Entries also come from finished requests (their final state, adopted without copying) and
+// from named sessions (pinned under the session id until their TTL passes). Under memory
+// pressure the engine evicts least-recently-used entries, sessions last.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sequence_state.h"
+
+namespace mixserve {
+
+struct CacheEntry {
+  std::vector<int32_t> tokens;  // the tokens the state covers (n = tokens.size())
+  SequenceState state;
+  std::vector<float> logits;    // logits after the last token, when kept (skip even that token)
+  std::string session;          // pinned under this id until `expires`
+  Clock::time_point expires;
+  uint64_t hash = 0;
+};
+
+struct PrefixCacheStats {
+  int entries = 0, sessions = 0;
+  int32_t pages = 0;  // pages held only by the cache
+  uint64_t hits = 0, misses = 0, hit_tokens = 0, evictions = 0;
+};
+
+class PrefixCache {
+ public:
+  PrefixCache(StateAllocator& alloc, int max_entries) : alloc_(alloc), max_entries_(max_entries) {}
+  ~PrefixCache() { clear(); }
+
+  // The entry covering the longest prefix of tokens (at most max_len of them), or null.
+  // A session entry of `session` is preferred when it matches.
+  CacheEntry* lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session = "");
+  // Copies the first n tokens' state of a live sequence into a new entry (fails quietly when the
+  // pool is short). logits (vocab floats) may be null.
+  void snapshot(const std::vector<int32_t>& tokens, int64_t n, const SequenceState& state,
+                const float* logits, int64_t vocab);
+  // Takes a finished sequence's state (covering tokens) into the cache.
+  void adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
+             Clock::time_point expires);
+  // Gives `out` (empty) the state of entry e for a sequence continuing from e.tokens.size(),
+  // with capacity for capacity_tokens. A session entry is handed over without copying and
+  // leaves the cache. False when the pool is short.
+  bool restore(CacheEntry* e, SequenceState& out, int64_t capacity_tokens, bool take);
+  // Frees the least recently used entry (expired sessions, then plain entries, then sessions).
+  bool evict_one();
+  void expire(Clock::time_point now);
+  void clear();
+  PrefixCacheStats stats() const;
+  bool owns_pages() const { return !entries_.empty(); }
+  // Pages held by entries, for the engine's sharing checks.
+  void for_each_entry(const std::function<void(const CacheEntry&)>& fn) const;
+
+ private:
+  using Entries = std::list<std::unique_ptr<CacheEntry>>;  // front = most recently used
+  // Copies the private part of `from` (first n tokens) into fresh pages of `to`; shares the rest.
+  bool copy_state(const SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to);
+  void remove(Entries::iterator it);
+  void touch(Entries::iterator it);
+  static uint64_t extend_hash(uint64_t h, int32_t token);
+  static constexpr uint64_t kHashSeed = 14695981039346656037ull;
+  // The entry covering the longest prefix of tokens with min_len ≤ n ≤ max_len.
+  Entries::iterator find(const std::vector<int32_t>& tokens, int64_t max_len, int64_t min_len,
+                         const std::string& session);
+
+  StateAllocator& alloc_;
+  int max_entries_;
+  Entries entries_;
+  std::unordered_multimap<uint64_t, Entries::iterator> by_hash_;  // hash of (n, tokens[0:n])
+  PrefixCacheStats stats_;
+};
+
+}  // namespace mixserve

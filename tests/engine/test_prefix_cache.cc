@@ -1,0 +1,137 @@
+// Prefix reuse: a repeated prompt, an extended prompt and the next turn of a named session skip
+// the prefill of what is cached — at lengths that are no multiple of any block — and give the
+// same tokens as without the cache.
+#include <gtest/gtest.h>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "tests/support/golden.h"
+
+namespace mixserve::testing {
+namespace {
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  Usage usage;
+};
+
+class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    fx_ = load_fixture(GetParam());
+    model_.id = fx_.name;
+    model_.config = fx_.cfg;
+  }
+  std::unique_ptr<Engine> engine(int cache_entries, int64_t pool_bytes = 16 << 20) {
+    CpuBackendOptions o;
+    o.pool_bytes = pool_bytes;
+    o.threads = 1;
+    EngineOptions e;
+    e.cache_entries = cache_entries;
+    e.prefill_chunk = 8;
+    return std::make_unique<Engine>(model_, std::make_unique<CpuBackend>(fx_.cfg, *fx_.weights, o), e);
+  }
+  Generation run(Engine& e, const std::vector<int32_t>& prompt, const std::string& session = "", int max_tokens = 6) {
+    GenerateParams p;
+    p.prompt = prompt;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    p.seed = 5;
+    p.sampling.temperature = 0.8f;
+    p.session = session;
+    Generation r;
+    EXPECT_EQ(e.submit(p, [&](TokenOutput&& t) {
+                r.tokens.insert(r.tokens.end(), t.tokens.begin(), t.tokens.end());
+                if (t.finish != FinishReason::kNone) r.usage = t.usage;
+              }).status,
+              SubmitStatus::kOk);
+    while (e.step()) {
+    }
+    EXPECT_EQ(e.verify(), "");
+    return r;
+  }
+  std::vector<int32_t> prompt(int n, int salt) const {
+    std::vector<int32_t> p(n);
+    for (int i = 0; i < n; ++i) p[i] = (i * 31 + salt * 17 + 3) % fx_.cfg.vocab_size;
+    return p;
+  }
+  Fixture fx_;
+  LoadedModel model_;
+};
+
+TEST_P(PrefixCacheTest, RepeatedAndExtendedPromptsHitAtAnyLength) {
+  auto cached = engine(64), plain = engine(0);
+  for (int len : {5, 13, 29}) {  // no multiple of the chunk (8) or of anything else
+    const auto p = prompt(len, len);
+    const Generation first = run(*cached, p);
+    EXPECT_EQ(first.usage.cached_tokens, 0);
+    const Generation again = run(*cached, p);
+    EXPECT_EQ(again.usage.cached_tokens, len) << "the whole prompt comes from the cache";
+    EXPECT_EQ(again.tokens, first.tokens);
+    EXPECT_EQ(again.tokens, run(*plain, p).tokens);
+    auto longer = p;
+    for (int i = 0; i < 7; ++i) longer.push_back((i * 7 + 1) % fx_.cfg.vocab_size);
+    const Generation extended = run(*cached, longer);
+    EXPECT_EQ(extended.usage.cached_tokens, len) << "the prompt's snapshot is reused, then 7 tokens prefilled";
+    EXPECT_EQ(extended.tokens, run(*plain, longer).tokens);
+  }
+  EXPECT_GE(cached->stats().cache.hits, 6u);
+}
+
+TEST_P(PrefixCacheTest, SessionsResumeTheirState) {
+  auto cached = engine(64), plain = engine(0);
+  auto turn1 = prompt(11, 1);
+  const Generation a = run(*cached, turn1, "chat-1");
+  auto turn2 = turn1;
+  turn2.insert(turn2.end(), a.tokens.begin(), a.tokens.end());
+  for (int i = 0; i < 5; ++i) turn2.push_back((i * 13 + 2) % fx_.cfg.vocab_size);
+  const Generation b = run(*cached, turn2, "chat-1");
+  // the state after turn 1 covers its prompt and every generated token but the last (not fed)
+  EXPECT_EQ(b.usage.cached_tokens, static_cast<int32_t>(turn1.size() + a.tokens.size() - 1));
+  EXPECT_EQ(b.tokens, run(*plain, turn2).tokens);
+  EXPECT_EQ(cached->stats().cache.sessions, 1);
+}
+
+TEST_P(PrefixCacheTest, EvictsUnderMemoryPressureAndFreesEverything) {
+  CpuBackendOptions o;
+  o.pool_bytes = 64 << 20;
+  CpuBackend sizing(fx_.cfg, *fx_.weights, o);
+  int64_t per_request = 0;
+  for (int l = 0; l < fx_.cfg.n_layers; ++l) per_request += sizing.state_layouts()[l].floats_for(40) * 4;
+  auto cached = engine(1000, 4 * per_request);
+  auto plain = engine(0);
+  for (int i = 0; i < 30; ++i) {
+    const auto p = prompt(20 + i % 7, 100 + i);
+    EXPECT_EQ(run(*cached, p).tokens, run(*plain, p).tokens) << i;
+  }
+  EXPECT_GT(cached->stats().cache.evictions, 0u);
+  cached->clear_cache();
+  EXPECT_EQ(cached->stats().pages_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest,
+                         ::testing::Values("attention", "hybrid_a", "hybrid_b", "rwkv", "aft_local", "she", "retnet"),
+                         [](const auto& info) { return info.param; });
+
+TEST(PrefixCacheUnit, SessionsExpireAfterTheirTtl) {
+  Fixture fx = load_fixture("me");
+  CpuBackendOptions o;
+  o.pool_bytes = 1 << 20;
+  CpuBackend backend(fx.cfg, *fx.weights, o);
+  PagePool pool(backend.total_pages());
+  StateAllocator alloc(backend, pool);
+  PrefixCache cache(alloc, 8);
+  SequenceState s;
+  ASSERT_TRUE(alloc.admit(s, 4));
+  cache.adopt({1, 2, 3, 4}, std::move(s), "sess", Clock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(cache.stats().sessions, 1);
+  EXPECT_NE(cache.lookup({1, 2, 3, 4, 5}, 5), nullptr);
+  cache.expire(Clock::now());
+  EXPECT_EQ(cache.stats().sessions, 1);
+  cache.expire(Clock::now() + std::chrono::seconds(11));
+  EXPECT_EQ(cache.stats().entries, 0);
+  EXPECT_EQ(pool.used(), 0);
+}
+
+}  // namespace
+}  // namespace mixserve::testing

@@ -1,0 +1,185 @@
+// The scheduler under randomized load: ≥ 1000 requests over several models with random
+// arrivals, priorities, cancellations, deadlines, repeated prompts (prefix cache), sessions and
+// a pool small enough to force preemption. Every request that completes gives exactly the tokens
+// it gives alone; one that was cancelled or expired gave a prefix of them; the pool's invariants
+// hold after every step (no writable page shared, reference counts match holders), and every
+// page is free at the end.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "tests/support/golden.h"
+
+namespace mixserve::testing {
+namespace {
+
+struct Model {
+  Fixture fx;
+  LoadedModel loaded;
+};
+
+std::unique_ptr<Model> load(const std::string& name) {
+  auto m = std::make_unique<Model>();
+  m->fx = load_fixture(name);
+  m->loaded.id = name;
+  m->loaded.config = m->fx.cfg;
+  return m;
+}
+
+std::unique_ptr<Engine> make_engine(const Model& m, int64_t pool_bytes, EngineOptions opts) {
+  CpuBackendOptions o;
+  o.pool_bytes = pool_bytes;
+  o.threads = 1;
+  return std::make_unique<Engine>(m.loaded, std::make_unique<CpuBackend>(m.fx.cfg, *m.fx.weights, o), opts);
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  Usage usage;
+};
+
+// Runs params alone on a fresh engine with plenty of memory and no cache.
+Outcome alone(const Model& m, const GenerateParams& p) {
+  EngineOptions o;
+  o.cache_entries = 0;
+  auto e = make_engine(m, 16 << 20, o);
+  Outcome out;
+  e->submit(p, [&](TokenOutput&& t) {
+    out.tokens.insert(out.tokens.end(), t.tokens.begin(), t.tokens.end());
+    if (t.finish != FinishReason::kNone) {
+      out.finish = t.finish;
+      out.usage = t.usage;
+    }
+  });
+  while (e->step()) {
+  }
+  return out;
+}
+
+TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
+  std::vector<std::unique_ptr<Model>> models;
+  for (const char* n : {"hybrid_a", "hybrid_b", "attention_rope", "rwkv", "she", "aft_local"}) models.push_back(load(n));
+  std::mt19937 rng(2024);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int total_requests = 0, completed = 0, cut_short = 0;
+  uint64_t preemptions = 0, hits = 0;
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    const Model& m = *models[mi];
+    const int V = static_cast<int>(m.fx.cfg.vocab_size);
+    EngineOptions opts;
+    opts.max_batch = 24;
+    opts.prefill_chunk = 8;
+    opts.step_token_budget = 48;
+    opts.cache_entries = 64;
+    // A pool of about 6 full-length requests for a batch of up to 24: admission waits, cache
+    // entries get evicted, and requests are preempted (swapped or recomputed).
+    CpuBackendOptions probe;
+    probe.pool_bytes = 64 << 20;
+    CpuBackend sizing(m.fx.cfg, *m.fx.weights, probe);
+    int64_t per_request = 0;
+    for (int l = 0; l < m.fx.cfg.n_layers; ++l) per_request += sizing.state_layouts()[l].floats_for(48) * 4;
+    auto engine = make_engine(m, 6 * per_request, opts);
+    std::vector<std::vector<int32_t>> popular;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<int32_t> p(uniform(3, 21));  // lengths that are no multiple of the chunk
+      for (auto& t : p) t = uniform(0, V - 1);
+      popular.push_back(p);
+    }
+    const int n_requests = 180;
+    std::vector<GenerateParams> params(n_requests);
+    std::vector<Outcome> got(n_requests);
+    std::vector<uint64_t> ids(n_requests);
+    std::vector<int> cancel_at(n_requests, -1);
+    std::map<int, Outcome> finished_sessions;  // request index -> outcome, for follow-up turns
+    int next = 0, step = 0;
+    while (next < n_requests || !engine->idle()) {
+      for (int k = uniform(0, 3); k > 0 && next < n_requests; --k, ++next) {
+        GenerateParams& p = params[next];
+        const int kind = uniform(0, 9);
+        if (kind < 3) {
+          p.prompt = popular[uniform(0, 4)];  // a repeat: prefix-cache hit
+        } else if (kind < 5) {
+          p.prompt = popular[uniform(0, 4)];  // an extension of a popular prompt
+          for (int i = uniform(1, 9); i > 0; --i) p.prompt.push_back(uniform(0, V - 1));
+        } else {
+          p.prompt.resize(uniform(1, 30));
+          for (auto& t : p.prompt) t = uniform(0, V - 1);
+        }
+        if (kind == 9 && !finished_sessions.empty()) {  // the next turn of a finished session
+          auto it = std::next(finished_sessions.begin(), uniform(0, static_cast<int>(finished_sessions.size()) - 1));
+          p = params[it->first];
+          p.prompt.insert(p.prompt.end(), it->second.tokens.begin(), it->second.tokens.end());
+          for (int i = uniform(1, 4); i > 0; --i) p.prompt.push_back(uniform(0, V - 1));
+          finished_sessions.erase(it);
+          if (static_cast<int64_t>(p.prompt.size()) + 2 > m.fx.cfg.max_seq_len) p.prompt.resize(20);
+        } else {
+          p.session = uniform(0, 4) == 0 ? "s" + std::to_string(next) : "";
+        }
+        p.max_tokens = uniform(1, 12);
+        p.seed = 77 + next;
+        p.priority = uniform(0, 2);
+        p.ignore_eos = uniform(0, 1) == 1;
+        p.sampling.temperature = uniform(0, 3) == 0 ? 0.0f : 0.9f;
+        p.sampling.top_k = uniform(0, 1) ? 0 : 20;
+        if (uniform(0, 19) == 0) p.deadline = Clock::now() - std::chrono::milliseconds(1);  // expired
+        else if (uniform(0, 19) == 0) cancel_at[next] = step + uniform(0, 6);
+        const int i = next;
+        auto r = engine->submit(p, [&, i](TokenOutput&& t) {
+          got[i].tokens.insert(got[i].tokens.end(), t.tokens.begin(), t.tokens.end());
+          if (t.finish != FinishReason::kNone) {
+            got[i].finish = t.finish;
+            got[i].usage = t.usage;
+            if (!params[i].session.empty() && (t.finish == FinishReason::kStop || t.finish == FinishReason::kLength))
+              finished_sessions[i] = got[i];
+          }
+        });
+        ASSERT_EQ(r.status, SubmitStatus::kOk) << r.message;
+        ids[i] = r.id;
+      }
+      for (int i = 0; i < next; ++i)
+        if (cancel_at[i] == step) engine->cancel(ids[i]);
+      engine->step();
+      ++step;
+      const std::string bad = engine->verify();
+      ASSERT_EQ(bad, "") << m.fx.name << " after step " << step;
+      ASSERT_LT(step, 20000) << "the schedule does not drain";
+    }
+    const EngineStats st = engine->stats();
+    preemptions += st.preemptions;
+    hits += st.cache.hits;
+    for (int i = 0; i < n_requests; ++i) {
+      ASSERT_NE(got[i].finish, FinishReason::kNone) << "request " << i << " never finished";
+      ASSERT_NE(got[i].finish, FinishReason::kError) << "request " << i;
+      const Outcome solo = alone(m, params[i]);
+      if (got[i].finish == FinishReason::kStop || got[i].finish == FinishReason::kLength) {
+        EXPECT_EQ(got[i].tokens, solo.tokens) << m.fx.name << " request " << i;
+        EXPECT_EQ(got[i].finish, solo.finish) << m.fx.name << " request " << i;
+        EXPECT_EQ(got[i].usage.completion_tokens, solo.usage.completion_tokens) << i;
+        EXPECT_EQ(got[i].usage.prompt_tokens, solo.usage.prompt_tokens) << i;
+        ++completed;
+      } else {  // cancelled or past its deadline: what it sent is a prefix of the solo tokens
+        ASSERT_LE(got[i].tokens.size(), solo.tokens.size());
+        EXPECT_TRUE(std::equal(got[i].tokens.begin(), got[i].tokens.end(), solo.tokens.begin())) << i;
+        ++cut_short;
+      }
+    }
+    total_requests += n_requests;
+    engine->clear_cache();
+    EXPECT_EQ(engine->stats().pages_used, 0) << m.fx.name << ": every page returns to the pool";
+    EXPECT_EQ(engine->verify(), "");
+  }
+  EXPECT_GE(total_requests, 1000);
+  EXPECT_GT(preemptions, 0u) << "the pool was small enough to force preemption";
+  EXPECT_GT(hits, 0u) << "repeated prompts hit the prefix cache";
+  EXPECT_GT(cut_short, 0);
+  std::printf("requests %d: completed %d, cancelled or expired %d; preemptions %llu; cache hits %llu\n",
+              total_requests, completed, cut_short, static_cast<unsigned long long>(preemptions),
+              static_cast<unsigned long long>(hits));
+}
+
+}  // namespace
+}  // namespace mixserve::testing
