@@ -49,7 +49,7 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
   for (int s = 0; s < batch; ++s) {
     if (!alloc.admit(seqs[s], total)) throw std::runtime_error("pool too small");
     for (int i = 0; i < prompt; ++i) prompts[s].push_back(tok(rng));
-    pre.add_sequence(prompts[s].data(), prompt, 0, seqs[s].layer_pages);
+    pre.add_sequence(prompts[s].data(), prompt, 0, seqs[s]);
   }
   std::vector<float> logits;
   backend.forward(pre, logits);
@@ -58,7 +58,7 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
   std::vector<double> times;
   for (int step = 0; step < steps; ++step) {
     ForwardBatch b;
-    for (int s = 0; s < batch; ++s) b.add_sequence(&next[s], 1, prompt + step, seqs[s].layer_pages);
+    for (int s = 0; s < batch; ++s) b.add_sequence(&next[s], 1, prompt + step, seqs[s]);
     const auto t0 = std::chrono::steady_clock::now();
     backend.forward(b, logits);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

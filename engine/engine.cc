@@ -37,6 +37,11 @@ Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, Engin
       alloc_(*backend_, pool_),
       cache_(alloc_, opts.cache_entries) {
   opts_.step_token_budget = std::max(opts_.step_token_budget, opts_.prefill_chunk);
+  for (const StateLayout& l : backend_->state_layouts()) {
+    const bool ring = std::any_of(l.tensors.begin(), l.tensors.end(),
+                                  [](const StateTensor& t) { return t.name.rfind("ring", 0) == 0; });
+    layer_kind_.push_back(l.token_floats > 0 ? 2 : ring ? 1 : 0);
+  }
 }
 
 Engine::~Engine() {
@@ -71,7 +76,9 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   params.sampling.seed = *params.seed;
   r->tokens = params.prompt;
   r->n_prompt = static_cast<int32_t>(params.prompt.size());
-  r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size));
+  const SamplingParams& sp = params.sampling;
+  r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size),
+                  sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
   if (model_.tokenizer) r->detok = std::make_unique<IncrementalDetokenizer>(*model_.tokenizer, params.prompt);
   r->stop = std::make_unique<StopMatcher>(params.stop);
   r->p = std::move(params);
@@ -118,7 +125,7 @@ void Engine::stop() {
   for (auto& r : running_) finish(*r, FinishReason::kCancelled);
   for (auto& r : waiting_) finish(*r, FinishReason::kCancelled);
   remove_finished();
-  update_stats();
+  update_stats(true);
 }
 
 bool Engine::idle() const {
@@ -133,7 +140,7 @@ EngineStats Engine::stats() const {
 
 void Engine::clear_cache() {
   cache_.clear();
-  update_stats();
+  update_stats(true);
 }
 
 void Engine::drain_inbox() {
@@ -320,7 +327,7 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   if (eos || stop_id) return finish(r, FinishReason::kStop);
   TokenOutput out;
   out.request_id = r.id;
-  out.tokens = {token};
+  out.token = token;
   if (r.p.sampling.logprobs > 0 || r.p.return_logprob) out.logprobs.push_back(std::move(sampled));
   if (r.detok) out.text = r.stop->feed(r.detok->push(token));
   r.tokens.push_back(token);
@@ -344,6 +351,8 @@ void Engine::remove_finished() {
 }
 
 bool Engine::step() {
+  const auto t0 = Clock::now();
+  StepReport report;
   drain_inbox();
   expire(Clock::now());
   admit();
@@ -354,13 +363,23 @@ bool Engine::step() {
     if (!r->done && !r->cached_logits.empty()) {
       std::vector<float> logits = std::move(r->cached_logits);
       r->cached_logits.clear();
-      emit_token(*r, sample_token(logits.data(), static_cast<int>(V), r->p.sampling, r->history, r->generated));
+      const auto ts = Clock::now();
+      SampledToken token =
+          sample_token(logits.data(), static_cast<int>(V), r->p.sampling, r->history, r->generated, r->p.return_logprob);
+      report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+      emit_token(*r, std::move(token));
       worked = true;
     }
   // The batch: every running request feeds its next chunk (decoders: their last token) —
   // decoders first, then prefill chunks while the token budget lasts.
-  ForwardBatch batch;
-  std::vector<Live*> in_batch, candidates;
+  ForwardBatch& batch = batch_;  // members, so a step allocates nothing in steady state
+  std::vector<Live*>& in_batch = in_batch_;
+  std::vector<Live*>& candidates = candidates_;
+  std::vector<Live*>& kept = kept_;
+  batch.clear();
+  in_batch.clear();
+  candidates.clear();
+  kept.clear();
   for (auto& rp : running_) candidates.push_back(rp.get());  // make_room may preempt (move) some
   int32_t budget = opts_.step_token_budget;
   for (int pass = 0; pass < 2; ++pass)
@@ -377,17 +396,24 @@ bool Engine::step() {
       in_batch.push_back(r);
     }
   // make_room may have preempted requests placed earlier in this batch
-  std::vector<Live*> kept;
   for (Live* r : in_batch)
     if (!r->done && r->state.allocated()) {
       kept.push_back(r);
       const int32_t end = chunk_end(r->fed, static_cast<int32_t>(r->tokens.size()), opts_.prefill_chunk);
       batch.add_sequence(r->tokens.data() + r->fed, end - r->fed, r->fed, r->state);
+      (end - r->fed == 1 && r->fed + 1 == static_cast<int32_t>(r->tokens.size()) && r->generated > 0 ? report.decode_rows
+                                                                                                      : report.prefill_rows) += end - r->fed;
     }
   if (!kept.empty()) {
     worked = true;
-    std::vector<float> logits;
-    backend_->forward(batch, logits);
+    const auto tf = Clock::now();
+    backend_->forward(batch, logits_);
+    report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count();
+    report.sequences = static_cast<int>(kept.size());
+    const std::vector<float>& logits = logits_;
+    std::vector<std::pair<Live*, SampledToken>>& sampled = sampled_;
+    sampled.clear();
+    const auto ts = Clock::now();
     for (size_t i = 0; i < kept.size(); ++i) {
       Live& r = *kept[i];
       const int32_t total = static_cast<int32_t>(r.tokens.size());
@@ -396,43 +422,55 @@ bool Engine::step() {
       const float* row = logits.data() + i * V;
       if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
         cache_.snapshot(r.tokens, r.n_prompt, r.state, row, V);  // the prompt, for repeats
-      emit_token(r, sample_token(row, static_cast<int>(V), r.p.sampling, r.history, r.generated));
+      sampled.emplace_back(&r, sample_token(row, static_cast<int>(V), r.p.sampling, r.history, r.generated,
+                                            r.p.return_logprob));
     }
+    report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+    for (auto& [r, token] : sampled) emit_token(*r, std::move(token));
   }
   remove_finished();
-  update_stats();
+  const auto now = Clock::now();
+  report.step_s = std::chrono::duration<double>(now - t0).count();
+  // The pool's detailed accounting walks every request's pages: ten times a second is enough.
+  const bool detailed = now >= next_detail_ || !worked;  // and whenever the engine goes idle
+  if (detailed) next_detail_ = now + std::chrono::milliseconds(100);
+  update_stats(detailed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.step_seconds += report.step_s;
+    stats_.forward_seconds += report.forward_s;
+    stats_.sample_seconds += report.sample_s;
+  }
+  if (opts_.on_step && worked) opts_.on_step(report);
   return worked;
 }
 
-void Engine::update_stats() {
-  EngineStats s;
-  s.running = static_cast<int>(running_.size());
-  s.waiting = static_cast<int>(waiting_.size());
-  s.pages_used = pool_.used();
-  s.pages_total = pool_.total();
+void Engine::update_stats(bool detailed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int>(running_.size());
+  stats_.waiting = static_cast<int>(waiting_.size());
+  stats_.pages_used = pool_.used();
+  stats_.pages_total = pool_.total();
+  ++stats_.steps;
+  queued_ = stats_.waiting + static_cast<int>(inbox_.size());
+  if (!detailed) return;
+  int32_t pages[3] = {0, 0, 0};
   int64_t live = 0, allocated = 0;
   const auto& layouts = backend_->state_layouts();
   for (const auto& r : running_) {
     if (!r->state.allocated()) continue;
     for (size_t l = 0; l < layouts.size(); ++l) {
-      const int32_t pages = static_cast<int32_t>(r->state.layer_pages[l].size());
-      (layouts[l].token_floats > 0 ? s.pages_kv : layouts[l].fixed_floats > 0 && r->state.layer_pages[l].size() > 0 &&
-                                                          std::any_of(layouts[l].tensors.begin(), layouts[l].tensors.end(),
-                                                                      [](const StateTensor& t) { return t.name.rfind("ring", 0) == 0; })
-                                                      ? s.pages_ring
-                                                      : s.pages_constant) += pages;
+      const int32_t n = static_cast<int32_t>(r->state.layer_pages[l].size());
+      pages[layer_kind_[l]] += n;
       live += layouts[l].floats_for(r->fed);
-      allocated += static_cast<int64_t>(pages) * backend_->page_floats();
+      allocated += static_cast<int64_t>(n) * backend_->page_floats();
     }
   }
-  s.pool_efficiency = allocated ? static_cast<double>(live) / allocated : 1.0;
-  s.cache = cache_.stats();
-  std::lock_guard<std::mutex> lock(mu_);
-  s.steps = stats_.steps + 1;
-  s.preemptions = stats_.preemptions;
-  s.finished = stats_.finished;
-  stats_ = s;
-  queued_ = s.waiting + static_cast<int>(inbox_.size());
+  stats_.pages_constant = pages[0];
+  stats_.pages_ring = pages[1];
+  stats_.pages_kv = pages[2];
+  stats_.pool_efficiency = allocated ? static_cast<double>(live) / allocated : 1.0;
+  stats_.cache = cache_.stats();
 }
 
 std::string Engine::verify() const {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,12 @@
 
 namespace mixserve {
 
+// What one engine step did, for metrics (EngineOptions::on_step, called on the engine thread).
+struct StepReport {
+  int decode_rows = 0, prefill_rows = 0, sequences = 0;
+  double forward_s = 0, sample_s = 0, step_s = 0;  // step_s includes the other two
+};
+
 struct EngineOptions {
   int max_batch = 256;            // running requests
   int max_queue = 1024;           // waiting requests; beyond: kQueueFull (HTTP 429)
@@ -32,6 +39,7 @@ struct EngineOptions {
   int cache_entries = 4096;       // prefix-cache and session entries (0: no prefix reuse)
   int32_t cache_min_tokens = 4;   // shorter prompts are not snapshotted
   double session_ttl_s = 600;     // a named session's state is kept this long after its turn
+  std::function<void(const StepReport&)> on_step;  // optional; must be quick
 };
 
 enum class SubmitStatus { kOk, kInvalid, kQueueFull, kShuttingDown };
@@ -51,6 +59,9 @@ struct EngineStats {
   int32_t pages_constant = 0, pages_ring = 0, pages_kv = 0;
   double pool_efficiency = 1.0;
   PrefixCacheStats cache;
+  // Seconds spent, summed over all steps: whole steps, backend forward passes, sampling. What a
+  // step spends beyond forward and sampling is the host's scheduling overhead.
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0;
 };
 
 class Engine {
@@ -91,7 +102,7 @@ class Engine {
   void admit();
   bool make_room(Live& r, int64_t tokens);
   bool start_from_cache(Live& r);
-  void update_stats();
+  void update_stats(bool detailed);
   void preempt(Live& victim);
   void finish(Live& r, FinishReason reason, const std::string& error = "", TokenOutput out = {});
   void emit_token(Live& r, SampledToken&& sampled);
@@ -103,7 +114,12 @@ class Engine {
   PagePool pool_;
   StateAllocator alloc_;
   PrefixCache cache_;
-  Clock::time_point next_expiry_;
+  Clock::time_point next_expiry_, next_detail_;
+  std::vector<int> layer_kind_;
+  std::vector<float> logits_;  // reused by every step
+  std::vector<std::pair<Live*, SampledToken>> sampled_;
+  ForwardBatch batch_;
+  std::vector<Live*> candidates_, in_batch_, kept_;  // per layer: 0 constant, 1 ring buffer, 2 per-token (K/V)
 
   mutable std::mutex mu_;  // guards inbox_, cancels_, stats_ and the counters below
   std::condition_variable wake_;

@@ -257,7 +257,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   auto token_id = [&](const char* key) {
     const int64_t id = r.integer(key, -1);
     if (id < -1 || id >= c.vocab_size)
-      r.fail(key, "=" + std::to_string(id) + " must be -1 (none) or a token id below vocab_size=" +
+      r.fail(key, std::string("=") + std::to_string(id) +
+                      " must be -1 (none) or a token id below vocab_size=" +
                       std::to_string(c.vocab_size));
     return id;
   };

@@ -1,5 +1,6 @@
 #include "engine/page_pool.h"
 
+#include <iterator>
 #include <stdexcept>
 
 namespace mixserve {
@@ -11,12 +12,10 @@ PagePool::PagePool(int32_t total_pages) : refs_(total_pages, 0) {
 
 bool PagePool::allocate(int32_t n, std::vector<int32_t>& out) {
   if (n > free_count()) return false;
-  for (int32_t i = 0; i < n; ++i) {
-    int32_t p = free_.back();
-    free_.pop_back();
-    refs_[p] = 1;
-    out.push_back(p);
-  }
+  const auto first = free_.end() - n;
+  for (auto it = first; it != free_.end(); ++it) refs_[*it] = 1;
+  out.insert(out.end(), std::make_reverse_iterator(free_.end()), std::make_reverse_iterator(first));
+  free_.erase(first, free_.end());
   return true;
 }
 

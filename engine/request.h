@@ -43,7 +43,7 @@ struct Timing {
 // One event for one request: the tokens of an engine step and their text, or the end.
 struct TokenOutput {
   uint64_t request_id = 0;
-  std::vector<int32_t> tokens;
+  int32_t token = -1;                    // the new token, −1 when the event carries none
   std::string text;                      // text delta (may be empty while text is held back)
   std::vector<SampledToken> logprobs;    // one per token when logprobs were asked for
   FinishReason finish = FinishReason::kNone;

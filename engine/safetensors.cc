@@ -37,7 +37,9 @@ const DTypeInfo* find_dtype(const std::string& name) {
 }
 
 std::string range_str(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  std::string s = "[";  // (not "[" + to_string(...): GCC 12 gives a false -Wrestrict there)
+  s += std::to_string(begin) + ", " + std::to_string(end) + "]";
+  return s;
 }
 
 }  // namespace

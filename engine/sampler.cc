@@ -23,16 +23,21 @@ std::string SamplingParams::validate(int vocab_size) const {
   return "";
 }
 
-void TokenHistory::init(const std::vector<int32_t>& prompt, int vocab_size) {
-  seen.assign(vocab_size, 0);
+void TokenHistory::init(const std::vector<int32_t>& prompt, int vocab_size, bool track) {
+  seen.clear();
   output_counts.clear();
+  output_tokens.clear();
+  if (!track) return;
+  seen.assign(vocab_size, 0);
+  output_counts.assign(vocab_size, 0);
   for (int32_t t : prompt)
     if (t >= 0 && t < vocab_size) seen[t] = 1;
 }
 
 void TokenHistory::add_output(int32_t token) {
-  ++output_counts[token];
-  if (token >= 0 && token < static_cast<int32_t>(seen.size())) seen[token] = 1;
+  if (token < 0 || token >= static_cast<int32_t>(seen.size())) return;  // not tracked
+  if (output_counts[token]++ == 0) output_tokens.push_back(token);
+  seen[token] = 1;
 }
 
 namespace {
@@ -50,32 +55,30 @@ double counter_uniform(uint64_t seed, uint64_t counter) {
 }
 
 SampledToken sample_token(const float* logits, int vocab, const SamplingParams& p,
-                          const TokenHistory& history, uint64_t step) {
+                          const TokenHistory& history, uint64_t step, bool want_logprob) {
   SampledToken out;
-  // Log-probabilities of the model's own distribution (reported as logprobs, vLLM's default).
-  std::vector<double> raw(logits, logits + vocab);
-  const double raw_max = *std::max_element(raw.begin(), raw.end());
-  double raw_sum = 0;
-  for (double v : raw) raw_sum += std::exp(v - raw_max);
-  const double raw_lse = raw_max + std::log(raw_sum);
-
+  // Scratch reused across calls on this thread: a decode step samples every running request.
+  thread_local std::vector<double> z, prob;
+  thread_local std::vector<int32_t> ids;
+  const float* raw = logits;
   // Penalties.
-  std::vector<double> z = raw;
+  z.assign(logits, logits + vocab);
   if (p.repetition_penalty != 1.0f && !history.seen.empty())
     for (int i = 0; i < vocab; ++i)
       if (history.seen[i]) z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
-  for (const auto& [tok, count] : history.output_counts)
-    if (tok >= 0 && tok < vocab) z[tok] -= p.presence_penalty + p.frequency_penalty * count;
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+    for (int32_t tok : history.output_tokens)
+      if (tok < vocab) z[tok] -= p.presence_penalty + p.frequency_penalty * history.output_counts[tok];
 
   int32_t chosen;
   if (p.temperature == 0.0f) {  // greedy: lowest id among equal maxima
     chosen = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
   } else {
     // Candidates by probability (ties by id), truncated by top-k, top-p, min-p.
-    std::vector<int32_t> ids(vocab);
+    ids.resize(vocab);
     std::iota(ids.begin(), ids.end(), 0);
     const double zmax = *std::max_element(z.begin(), z.end());
-    std::vector<double> prob(vocab);
+    prob.resize(vocab);
     double sum = 0;
     for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp((z[i] - zmax) / p.temperature));
     for (double& v : prob) v /= sum;
@@ -115,9 +118,15 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     }
   }
   out.token = chosen;
+  if (!want_logprob && p.logprobs == 0) return out;
+  // Log-probabilities of the model's own distribution (reported as logprobs, vLLM's default).
+  const double raw_max = *std::max_element(raw, raw + vocab);
+  double raw_sum = 0;
+  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(raw[i]) - raw_max);
+  const double raw_lse = raw_max + std::log(raw_sum);
   out.logprob = static_cast<float>(raw[chosen] - raw_lse);
   if (p.logprobs > 0) {
-    std::vector<int32_t> ids(vocab);
+    ids.resize(vocab);
     std::iota(ids.begin(), ids.end(), 0);
     const int n = std::min(p.logprobs, vocab);
     std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),

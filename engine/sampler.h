@@ -26,11 +26,13 @@ struct SamplingParams {
   std::string validate(int vocab_size) const;
 };
 
-// Token counts a request has seen, for the penalties.
+// Token counts a request has seen, for the penalties. Kept only for requests that use a penalty
+// (init with track = false leaves it empty), since a decode step updates every request's.
 struct TokenHistory {
-  std::unordered_map<int32_t, int32_t> output_counts;
-  std::vector<char> seen;  // [vocab] prompt or output token seen (repetition penalty)
-  void init(const std::vector<int32_t>& prompt, int vocab_size);
+  std::vector<int32_t> output_counts;  // [vocab] times each token was generated
+  std::vector<int32_t> output_tokens;  // the distinct generated tokens, in first-seen order
+  std::vector<char> seen;              // [vocab] prompt or output token seen (repetition penalty)
+  void init(const std::vector<int32_t>& prompt, int vocab_size, bool track = true);
   void add_output(int32_t token);
 };
 
@@ -43,8 +45,9 @@ struct SampledToken {
 // Uniform double in [0, 1) from (seed, counter): SplitMix64 finalisers, no hidden state.
 double counter_uniform(uint64_t seed, uint64_t counter);
 
-// Samples from logits[vocab] (not modified). step is the index of the generated token.
+// Samples from logits[vocab] (not modified). step is the index of the generated token. The
+// token's logprob (and `top`) are computed only when asked for (want_logprob or params.logprobs).
 SampledToken sample_token(const float* logits, int vocab, const SamplingParams& params,
-                          const TokenHistory& history, uint64_t step);
+                          const TokenHistory& history, uint64_t step, bool want_logprob = true);
 
 }  // namespace mixserve

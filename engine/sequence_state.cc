@@ -28,6 +28,9 @@ bool StateAllocator::admit(SequenceState& s, int64_t tokens) {
 
 bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
   if (tokens <= s.capacity_tokens) return true;
+  // States that grow per token get kGrowTokens at a time, so a decoding sequence takes pages
+  // every 16th step instead of every step (vLLM's block size).
+  tokens = (tokens + kGrowTokens - 1) / kGrowTokens * kGrowTokens;
   const int L = backend_.config().n_layers;
   int32_t need = 0;
   for (int l = 0; l < L; ++l)

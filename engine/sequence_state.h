@@ -18,6 +18,7 @@ struct SequenceState {
 
 class StateAllocator {
  public:
+  static constexpr int64_t kGrowTokens = 16;
   StateAllocator(Backend& backend, PagePool& pool) : backend_(backend), pool_(pool) {}
 
   // Pages layer l needs to hold `tokens` tokens.

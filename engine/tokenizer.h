@@ -17,6 +17,7 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& path);
 
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // Throws std::out_of_range for an id outside [0, vocab_size) (sentencepiece would abort).
   virtual std::string decode(const int32_t* ids, size_t n) const = 0;
   std::string decode(const std::vector<int32_t>& ids) const {
     return decode(ids.data(), ids.size());
@@ -24,24 +25,33 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int bos_id() const = 0;  // −1 when the model has none
   virtual int eos_id() const = 0;
-  virtual std::string id_to_piece(int32_t id) const = 0;
+  virtual int unk_id() const = 0;
+  virtual std::string id_to_piece(int32_t id) const = 0;  // throws std::out_of_range like decode
 };
 
-// Streams text as tokens arrive, never splitting a UTF-8 character (byte-fallback tokens are
-// held until the character is complete) and keeping the leading spaces sentencepiece strips
-// from the start of a decode: each delta is decode(window) minus decode(window without the
-// newest tokens), the window starting a few tokens back (vLLM's prefix/read offsets).
+// Streams text as tokens arrive. Each delta is decode(window) minus decode(window without the
+// newest tokens), the window starting a few tokens back (vLLM's prefix/read offsets), so
+// sentencepiece's stripping of the first piece's leading space (▁) applies to both sides alike
+// and cancels. A token whose decode ends in U+FFFD is held: it is an incomplete UTF-8 sequence
+// from byte-fallback tokens (<0xE2>...), emitted once the character is complete. So the text
+// emitted so far is always decode(context + ids) minus decode(context), less any incomplete
+// character at the end, and every delta is valid UTF-8.
 class IncrementalDetokenizer {
  public:
-  // context: the prompt's ids, so the first delta keeps its leading space.
+  // context: the prompt's ids, so the first delta keeps its leading space ("Hi" + " there").
   IncrementalDetokenizer(const Tokenizer& tok, const std::vector<int32_t>& context);
   std::string push(int32_t id);  // the text this token completes ("" while it is held)
   std::string flush();           // what is still held at the end (incomplete bytes as U+FFFD)
 
  private:
+  std::string window_text() const;  // decode(ids_[prefix_, end))
+  // The text of ids_[read_, end) given window_text(); moves the window on past it.
+  std::string emit(const std::string& window_text);
+
   const Tokenizer& tok_;
   std::vector<int32_t> ids_;
-  size_t prefix_ = 0, read_ = 0;
+  size_t prefix_ = 0;  // the window starts here
+  size_t read_ = 0;    // text up to here has been emitted
 };
 
 }  // namespace mixserve

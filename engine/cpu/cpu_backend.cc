@@ -11,13 +11,6 @@
 
 namespace mixserve {
 
-StateLayout layer_state_layout(const ModelConfig& cfg, int layer) {
-  const LayerConfig& lc = cfg.layers[layer];
-  StateLayout s = mixer_info(lc.kind).state(cfg, lc);
-  s.append(ffn_state(cfg), "ffn.", cfg.d_model);
-  return s;
-}
-
 namespace {
 std::vector<float> sinusoidal_positions(int64_t T, int64_t d) {
   std::vector<float> pe(T * d);

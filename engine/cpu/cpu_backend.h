@@ -60,7 +60,5 @@ class CpuBackend : public Backend {
   std::vector<float> x_, xn_, y_, last_;  // activations, reused between steps
 };
 
-// The state layout of layer i: its mixer's, then its FFN's.
-StateLayout layer_state_layout(const ModelConfig& cfg, int layer);
 
 }  // namespace mixserve

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "engine/ffn.h"
 #include "engine/mixers/aft/aft.h"
 #include "engine/mixers/attention/attention.h"
 #include "engine/mixers/extractors/extractors.h"
@@ -32,6 +33,13 @@ const MixerKindInfo& mixer_info(MixerKind kind) {
   for (const MixerKindInfo& m : kMixers)
     if (m.kind == kind) return m;
   throw std::logic_error("mixer kind missing from the registry");
+}
+
+StateLayout layer_state_layout(const ModelConfig& cfg, int layer) {
+  const LayerConfig& lc = cfg.layers[layer];
+  StateLayout s = mixer_info(lc.kind).state(cfg, lc);
+  s.append(ffn_state(cfg), "ffn.", cfg.d_model);
+  return s;
 }
 
 int OpCost::depth() const {

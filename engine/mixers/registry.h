@@ -34,6 +34,9 @@ struct MixerKindInfo {
 
 const MixerKindInfo& mixer_info(MixerKind kind);
 
+// The state layout of layer i: its mixer's, then its FFN's.
+StateLayout layer_state_layout(const ModelConfig& cfg, int layer);
+
 // {name.weight [out, in]} plus {name.bias [out]} when the model has biases.
 void add_linear_spec(std::vector<WeightSpec>& specs, const std::string& name, int64_t out,
                      int64_t in, bool bias);

@@ -29,9 +29,11 @@ class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
     EngineOptions e;
     e.cache_entries = cache_entries;
     e.prefill_chunk = 8;
-    return std::make_unique<Engine>(model_, std::make_unique<CpuBackend>(fx_.cfg, *fx_.weights, o), e);
+    return std::make_unique<Engine>(model_, std::make_unique<CpuBackend>(fx_.cfg, *fx_.weights, o),
+                                    e);
   }
-  Generation run(Engine& e, const std::vector<int32_t>& prompt, const std::string& session = "", int max_tokens = 6) {
+  Generation run(Engine& e, const std::vector<int32_t>& prompt, const std::string& session = "",
+                 int max_tokens = 6) {
     GenerateParams p;
     p.prompt = prompt;
     p.max_tokens = max_tokens;
@@ -40,10 +42,12 @@ class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
     p.sampling.temperature = 0.8f;
     p.session = session;
     Generation r;
-    EXPECT_EQ(e.submit(p, [&](TokenOutput&& t) {
-                r.tokens.insert(r.tokens.end(), t.tokens.begin(), t.tokens.end());
-                if (t.finish != FinishReason::kNone) r.usage = t.usage;
-              }).status,
+    EXPECT_EQ(e.submit(p,
+                       [&](TokenOutput&& t) {
+                         if (t.token >= 0) r.tokens.push_back(t.token);
+                         if (t.finish != FinishReason::kNone) r.usage = t.usage;
+                       })
+                  .status,
               SubmitStatus::kOk);
     while (e.step()) {
     }
@@ -72,7 +76,8 @@ TEST_P(PrefixCacheTest, RepeatedAndExtendedPromptsHitAtAnyLength) {
     auto longer = p;
     for (int i = 0; i < 7; ++i) longer.push_back((i * 7 + 1) % fx_.cfg.vocab_size);
     const Generation extended = run(*cached, longer);
-    EXPECT_EQ(extended.usage.cached_tokens, len) << "the prompt's snapshot is reused, then 7 tokens prefilled";
+    EXPECT_EQ(extended.usage.cached_tokens, len)
+        << "the prompt's snapshot is reused, then 7 tokens prefilled";
     EXPECT_EQ(extended.tokens, run(*plain, longer).tokens);
   }
   EXPECT_GE(cached->stats().cache.hits, 6u);
@@ -97,7 +102,8 @@ TEST_P(PrefixCacheTest, EvictsUnderMemoryPressureAndFreesEverything) {
   o.pool_bytes = 64 << 20;
   CpuBackend sizing(fx_.cfg, *fx_.weights, o);
   int64_t per_request = 0;
-  for (int l = 0; l < fx_.cfg.n_layers; ++l) per_request += sizing.state_layouts()[l].floats_for(40) * 4;
+  for (int l = 0; l < fx_.cfg.n_layers; ++l)
+    per_request += sizing.state_layouts()[l].floats_for(40) * 4;
   auto cached = engine(1000, 4 * per_request);
   auto plain = engine(0);
   for (int i = 0; i < 30; ++i) {
@@ -110,7 +116,8 @@ TEST_P(PrefixCacheTest, EvictsUnderMemoryPressureAndFreesEverything) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest,
-                         ::testing::Values("attention", "hybrid_a", "hybrid_b", "rwkv", "aft_local", "she", "retnet"),
+                         ::testing::Values("attention", "hybrid_a", "hybrid_b", "rwkv", "aft_local",
+                                           "she", "retnet"),
                          [](const auto& info) { return info.param; });
 
 TEST(PrefixCacheUnit, SessionsExpireAfterTheirTtl) {

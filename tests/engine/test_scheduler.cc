@@ -33,7 +33,8 @@ std::unique_ptr<Engine> make_engine(const Model& m, int64_t pool_bytes, EngineOp
   CpuBackendOptions o;
   o.pool_bytes = pool_bytes;
   o.threads = 1;
-  return std::make_unique<Engine>(m.loaded, std::make_unique<CpuBackend>(m.fx.cfg, *m.fx.weights, o), opts);
+  return std::make_unique<Engine>(m.loaded,
+                                  std::make_unique<CpuBackend>(m.fx.cfg, *m.fx.weights, o), opts);
 }
 
 struct Outcome {
@@ -49,7 +50,7 @@ Outcome alone(const Model& m, const GenerateParams& p) {
   auto e = make_engine(m, 16 << 20, o);
   Outcome out;
   e->submit(p, [&](TokenOutput&& t) {
-    out.tokens.insert(out.tokens.end(), t.tokens.begin(), t.tokens.end());
+    if (t.token >= 0) out.tokens.push_back(t.token);
     if (t.finish != FinishReason::kNone) {
       out.finish = t.finish;
       out.usage = t.usage;
@@ -62,7 +63,8 @@ Outcome alone(const Model& m, const GenerateParams& p) {
 
 TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
   std::vector<std::unique_ptr<Model>> models;
-  for (const char* n : {"hybrid_a", "hybrid_b", "attention_rope", "rwkv", "she", "aft_local"}) models.push_back(load(n));
+  for (const char* n : {"hybrid_a", "hybrid_b", "attention_rope", "rwkv", "she", "aft_local"})
+    models.push_back(load(n));
   std::mt19937 rng(2024);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int total_requests = 0, completed = 0, cut_short = 0;
@@ -81,7 +83,8 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
     probe.pool_bytes = 64 << 20;
     CpuBackend sizing(m.fx.cfg, *m.fx.weights, probe);
     int64_t per_request = 0;
-    for (int l = 0; l < m.fx.cfg.n_layers; ++l) per_request += sizing.state_layouts()[l].floats_for(48) * 4;
+    for (int l = 0; l < m.fx.cfg.n_layers; ++l)
+      per_request += sizing.state_layouts()[l].floats_for(48) * 4;
     auto engine = make_engine(m, 6 * per_request, opts);
     std::vector<std::vector<int32_t>> popular;
     for (int i = 0; i < 5; ++i) {
@@ -110,7 +113,8 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
           for (auto& t : p.prompt) t = uniform(0, V - 1);
         }
         if (kind == 9 && !finished_sessions.empty()) {  // the next turn of a finished session
-          auto it = std::next(finished_sessions.begin(), uniform(0, static_cast<int>(finished_sessions.size()) - 1));
+          auto it = std::next(finished_sessions.begin(),
+                              uniform(0, static_cast<int>(finished_sessions.size()) - 1));
           p = params[it->first];
           p.prompt.insert(p.prompt.end(), it->second.tokens.begin(), it->second.tokens.end());
           for (int i = uniform(1, 4); i > 0; --i) p.prompt.push_back(uniform(0, V - 1));
@@ -125,15 +129,18 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
         p.ignore_eos = uniform(0, 1) == 1;
         p.sampling.temperature = uniform(0, 3) == 0 ? 0.0f : 0.9f;
         p.sampling.top_k = uniform(0, 1) ? 0 : 20;
-        if (uniform(0, 19) == 0) p.deadline = Clock::now() - std::chrono::milliseconds(1);  // expired
-        else if (uniform(0, 19) == 0) cancel_at[next] = step + uniform(0, 6);
+        if (uniform(0, 19) == 0)
+          p.deadline = Clock::now() - std::chrono::milliseconds(1);  // expired
+        else if (uniform(0, 19) == 0)
+          cancel_at[next] = step + uniform(0, 6);
         const int i = next;
         auto r = engine->submit(p, [&, i](TokenOutput&& t) {
-          got[i].tokens.insert(got[i].tokens.end(), t.tokens.begin(), t.tokens.end());
+          if (t.token >= 0) got[i].tokens.push_back(t.token);
           if (t.finish != FinishReason::kNone) {
             got[i].finish = t.finish;
             got[i].usage = t.usage;
-            if (!params[i].session.empty() && (t.finish == FinishReason::kStop || t.finish == FinishReason::kLength))
+            if (!params[i].session.empty() &&
+                (t.finish == FinishReason::kStop || t.finish == FinishReason::kLength))
               finished_sessions[i] = got[i];
           }
         });
@@ -163,7 +170,8 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
         ++completed;
       } else {  // cancelled or past its deadline: what it sent is a prefix of the solo tokens
         ASSERT_LE(got[i].tokens.size(), solo.tokens.size());
-        EXPECT_TRUE(std::equal(got[i].tokens.begin(), got[i].tokens.end(), solo.tokens.begin())) << i;
+        EXPECT_TRUE(std::equal(got[i].tokens.begin(), got[i].tokens.end(), solo.tokens.begin()))
+            << i;
         ++cut_short;
       }
     }
@@ -176,9 +184,10 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
   EXPECT_GT(preemptions, 0u) << "the pool was small enough to force preemption";
   EXPECT_GT(hits, 0u) << "repeated prompts hit the prefix cache";
   EXPECT_GT(cut_short, 0);
-  std::printf("requests %d: completed %d, cancelled or expired %d; preemptions %llu; cache hits %llu\n",
-              total_requests, completed, cut_short, static_cast<unsigned long long>(preemptions),
-              static_cast<unsigned long long>(hits));
+  std::printf(
+      "requests %d: completed %d, cancelled or expired %d; preemptions %llu; cache hits %llu\n",
+      total_requests, completed, cut_short, static_cast<unsigned long long>(preemptions),
+      static_cast<unsigned long long>(hits));
 }
 
 }  // namespace

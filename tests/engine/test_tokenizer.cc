@@ -1,12 +1,16 @@
 // The KJV tokenizer (models/tokenizer.model) and the streaming detokenizer.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include "engine/tokenizer.h"
 
 namespace mixserve {
 namespace {
 
-std::unique_ptr<Tokenizer> kjv() { return Tokenizer::load(std::string(MIXSERVE_SOURCE_DIR) + "/models/tokenizer.model"); }
+std::unique_ptr<Tokenizer> kjv() {
+  return Tokenizer::load(std::string(MIXSERVE_SOURCE_DIR) + "/models/tokenizer.model");
+}
 
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
@@ -70,11 +74,106 @@ TEST(IncrementalDetokenizer, FlushReplacesAnIncompleteCharacter) {
   ASSERT_EQ(ids.size(), 4u);
   IncrementalDetokenizer detok(*tok, {});
   EXPECT_EQ(detok.push(ids[0]), "a");
-  EXPECT_EQ(detok.push(ids[1]), "");  // first byte of 東: held
-  EXPECT_EQ(detok.push(ids[2]), "");  // second byte: still held
+  EXPECT_EQ(detok.push(ids[1]), "");      // first byte of 東: held
+  EXPECT_EQ(detok.push(ids[2]), "");      // second byte: still held
   const std::string out = detok.flush();  // generation ended mid-character
   EXPECT_NE(out.find("\xEF\xBF\xBD"), std::string::npos) << out;
   EXPECT_TRUE(valid_utf8(out));
+}
+
+TEST(Tokenizer, OutOfRangeIdsThrowInsteadOfAborting) {
+  auto tok = kjv();
+  EXPECT_EQ(tok->unk_id(), 0);
+  EXPECT_EQ(tok->id_to_piece(tok->eos_id()), "</s>");
+  EXPECT_THROW(tok->decode({5, 5000}), std::out_of_range);
+  EXPECT_THROW(tok->decode({-1}), std::out_of_range);
+  EXPECT_THROW(tok->id_to_piece(5000), std::out_of_range);
+  IncrementalDetokenizer detok(*tok, {});
+  EXPECT_THROW(detok.push(123456), std::out_of_range);
+  EXPECT_EQ(detok.push(tok->encode("In")[0]), "In") << "a bad id leaves the stream as it was";
+}
+
+// After each token, the text streamed so far must be decode(context + generated) minus
+// decode(context), less only an incomplete character at the end (which sentencepiece shows as
+// U+FFFD); after flush(), exactly that text.
+void expect_streams_exactly(const Tokenizer& tok, const std::vector<int32_t>& context,
+                            const std::vector<int32_t>& generated, const std::string& label) {
+  const std::string base = tok.decode(context);
+  std::vector<int32_t> all = context;
+  IncrementalDetokenizer detok(tok, context);
+  std::string streamed;
+  for (size_t i = 0; i < generated.size(); ++i) {
+    streamed += detok.push(generated[i]);
+    all.push_back(generated[i]);
+    const std::string full = tok.decode(all);
+    ASSERT_EQ(full.compare(0, base.size(), base), 0) << label;
+    const std::string target = full.substr(base.size());
+    ASSERT_TRUE(valid_utf8(streamed)) << label << " after token " << i;
+    ASSERT_EQ(target.compare(0, streamed.size(), streamed), 0)
+        << label << " after token " << i << ": streamed \"" << streamed << "\", text \"" << target
+        << "\"";
+    for (size_t at = streamed.size(); at < target.size(); at += 3)
+      ASSERT_EQ(target.compare(at, 3, "\xEF\xBF\xBD"), 0)
+          << label << " after token " << i << ": held back more than an incomplete character";
+  }
+  streamed += detok.flush();
+  EXPECT_EQ(streamed, tok.decode(all).substr(base.size())) << label;
+  EXPECT_EQ(detok.flush(), "") << label;
+}
+
+TEST(IncrementalDetokenizer, StreamsExactlyTheDecodedTextAtEverySplit) {
+  auto tok = kjv();
+  for (const std::string text :
+       {"naïve café — 東京 😀", "In  the beginning   God\n\ncreated\tthe heaven.",
+        "  leading spaces and trailing  ", "😀😀 ∑∫ Ελληνικά, 日本語 and ascii",
+        "a\xF0\x9F\x98\x80"
+        "b"}) {
+    const std::vector<int32_t> ids = tok->encode(text);
+    for (size_t split = 0; split <= ids.size(); ++split) {
+      const std::vector<int32_t> context(ids.begin(), ids.begin() + split);
+      // A prompt is text, so it never ends inside a character; skip splits that would.
+      const std::string base = tok->decode(context);
+      if (base.size() >= 3 && base.compare(base.size() - 3, 3, "\xEF\xBF\xBD") == 0) continue;
+      expect_streams_exactly(*tok, context, std::vector<int32_t>(ids.begin() + split, ids.end()),
+                             text + " split at " + std::to_string(split));
+    }
+  }
+}
+
+TEST(IncrementalDetokenizer, ControlTokensLoneBytesAndLongStreams) {
+  auto tok = kjv();
+  const int32_t bos = tok->bos_id(), eos = tok->eos_id();
+  std::vector<int32_t> words = tok->encode("And God saw the light, that it was good");
+  std::vector<int32_t> with_controls = {bos};
+  for (int32_t id : words) {
+    with_controls.push_back(id);
+    with_controls.push_back(eos);
+  }
+  expect_streams_exactly(*tok, {}, with_controls, "control tokens");
+  expect_streams_exactly(*tok, {bos}, words, "bos as the context");
+
+  // A lone continuation byte is invalid UTF-8: sentencepiece shows U+FFFD and so do we.
+  std::vector<int32_t> bytes = tok->encode("é");  // ▁, <0xC3>, <0xA9>
+  ASSERT_EQ(bytes.size(), 3u);
+  expect_streams_exactly(*tok, words, {bytes[2], words[1], bytes[1], bytes[1], words[2]},
+                         "invalid byte sequences");
+  expect_streams_exactly(*tok, words, {words[3], bytes[1]}, "ends inside a character");
+
+  // Longer than the detokenizer's window trimming.
+  std::string long_text;
+  for (int i = 0; i < 40; ++i)
+    long_text += "And the evening and the morning were the day 東" + std::to_string(i) + ". ";
+  expect_streams_exactly(*tok, {}, tok->encode(long_text), "long stream");
+}
+
+TEST(IncrementalDetokenizer, KeepsTheLeadingSpaceAfterAFlush) {
+  auto tok = kjv();
+  const std::vector<int32_t> ids = tok->encode("And God said");
+  IncrementalDetokenizer detok(*tok, {});
+  std::string streamed = detok.push(ids[0]);
+  streamed += detok.flush();
+  for (size_t i = 1; i < ids.size(); ++i) streamed += detok.push(ids[i]);
+  EXPECT_EQ(streamed, "And God said");
 }
 
 TEST(Tokenizer, MissingFileIsAClearError) {

@@ -24,11 +24,17 @@ StateLayout attention_state(const ModelConfig& cfg, const LayerConfig&) {
 }
 
 // The Extractor paper's Table 5: mul = 2td + 4d², add = 2td − tn + t + 4d² − 5d − 1,
-// div = 2tn, exp = tn.
+// div = 2tn, exp = tn; RoPE on q and k adds 4d mul, 2d add and one mul-cum stage.
 OpCost attention_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t t) {
   const int64_t d = cfg.d_model, n = layer.heads;
-  return {2 * t * d + 4 * d * d, 2 * t * d - t * n + t + 4 * d * d - 5 * d - 1, 2 * t * n, t * n,
-          "mul-cum-mul-cum-div-exp-cum-div-mul-cum-mul-cum"};
+  OpCost c{2 * t * d + 4 * d * d, 2 * t * d - t * n + t + 4 * d * d - 5 * d - 1, 2 * t * n, t * n,
+           "mul-cum-mul-cum-div-exp-cum-div-mul-cum-mul-cum"};
+  if (layer.rope) {
+    c.mul += 4 * d;
+    c.add += 2 * d;
+    c.critical_path = "mul-cum-" + c.critical_path;
+  }
+  return c;
 }
 
 namespace {

@@ -136,7 +136,7 @@ OpCost linear_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t) {
             "mul-cum-exp-cum-mul-cum-mul-cum-div-mul-cum"};
   const int64_t M = n * layer.features;
   return {4 * d * d + 4 * d + 4 * M * h + 2 * n + 3 * M, 4 * d * d - 3 * d + 4 * M * h + 2 * M - 2 * n,
-          d, 2 * M, "mul-cum-mul-mul-cum-cum-exp-mul-mul-cum-mul-cum-div-mul-cum"};
+          d, 2 * M, "mul-cum-mul-mul-cum-mul-cum-exp-mul-mul-cum-mul-cum-div-mul-cum"};
 }
 
 }  // namespace mixserve

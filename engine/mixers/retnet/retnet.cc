@@ -116,7 +116,7 @@ namespace mixserve {
 OpCost retnet_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t) {
   const int64_t d = cfg.d_model, n = layer.heads, h = d / n;
   return {5 * d * d + 3 * d * h + 8 * d, 5 * d * d + 2 * d * h - n, 2 * d + 2 * n, d + n,
-          "mul-cum-mul-cum-div-mul-cum-mul-cum-cum-div-mul-cum-div-exp-mul-mul-mul-cum"};
+          "mul-cum-mul-cum-div-mul-cum-mul-cum-cum-div-cum-mul-cum-div-cum-exp-mul-mul-mul-cum"};
 }
 
 }  // namespace mixserve
