@@ -66,10 +66,14 @@ int main(int argc, char** argv) {
   const double step_us = (after.step_seconds - before.step_seconds) / steps * 1e6;
   const double sample_us = (after.sample_seconds - before.sample_seconds) / steps * 1e6;
   const double forward_us = (after.forward_seconds - before.forward_seconds) / steps * 1e6;
+  const double schedule_us = (after.schedule_seconds - before.schedule_seconds) / steps * 1e6;
   nlohmann::json r = {{"benchmark", "scheduler-overhead"}, {"running", after.running}, {"steps", steps},
                       {"vocab", c.vocab_size}, {"layers", c.n_layers},
                       {"step_us", step_us}, {"sample_us", sample_us}, {"null_forward_us", forward_us},
-                      {"scheduling_us", step_us - sample_us - forward_us}, {"wall_us_per_step", wall / steps * 1e6},
+                      {"host_us", step_us - sample_us - forward_us},
+                      {"schedule_us", schedule_us},
+                      {"emit_and_bookkeeping_us", step_us - sample_us - forward_us - schedule_us},
+                      {"wall_us_per_step", wall / steps * 1e6},
                       {"pages_used", after.pages_used}, {"events", events}};
   std::cout << r.dump(1) << std::endl;
   if (!a.str("out").empty()) std::ofstream(a.str("out")) << r.dump(1) << "\n";

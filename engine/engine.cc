@@ -204,9 +204,16 @@ bool Engine::start_from_cache(Live& r) {
 }
 
 void Engine::admit() {
+  // Admit only what this step's token budget can start, so pages are taken when they are used.
+  int32_t budget = opts_.step_token_budget;
+  for (const auto& r : running_)
+    budget -= chunk_end(r->fed, static_cast<int32_t>(r->tokens.size()), opts_.prefill_chunk) - r->fed;
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
     Live& r = *waiting_.front();
     const int32_t total = static_cast<int32_t>(r.tokens.size());
+    const int32_t first_chunk = chunk_end(r.fed, total, opts_.prefill_chunk) - r.fed;
+    if (first_chunk > budget && !running_.empty()) return;
+    budget -= first_chunk;
     if (!r.swapped.empty()) {  // swapped out: the same page counts as before
       int32_t need = 0;
       for (int32_t n : r.swapped_pages_per_layer) need += n;
@@ -407,6 +414,7 @@ bool Engine::step() {
   if (!kept.empty()) {
     worked = true;
     const auto tf = Clock::now();
+    report.schedule_s = std::chrono::duration<double>(tf - t0).count();
     backend_->forward(batch, logits_);
     report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count();
     report.sequences = static_cast<int>(kept.size());
@@ -440,6 +448,7 @@ bool Engine::step() {
     stats_.step_seconds += report.step_s;
     stats_.forward_seconds += report.forward_s;
     stats_.sample_seconds += report.sample_s;
+    stats_.schedule_seconds += report.schedule_s;
   }
   if (opts_.on_step && worked) opts_.on_step(report);
   return worked;

@@ -29,6 +29,7 @@ namespace mixserve {
 struct StepReport {
   int decode_rows = 0, prefill_rows = 0, sequences = 0;
   double forward_s = 0, sample_s = 0, step_s = 0;  // step_s includes the other two
+  double schedule_s = 0;  // from the step's start to the forward call: admission and batching
 };
 
 struct EngineOptions {
@@ -61,7 +62,7 @@ struct EngineStats {
   PrefixCacheStats cache;
   // Seconds spent, summed over all steps: whole steps, backend forward passes, sampling. What a
   // step spends beyond forward and sampling is the host's scheduling overhead.
-  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0, schedule_seconds = 0;
 };
 
 class Engine {

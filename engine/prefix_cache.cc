@@ -108,6 +108,16 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
         remove(it);
         break;
       }
+  // The same tokens cached already (e.g. a prompt's snapshot, then the finished request that
+  // generated one token): keep that entry — the states are equal — and its logits.
+  auto same = find(tokens, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), "");
+  if (same != entries_.end() && (*same)->session.empty()) {
+    alloc_.release(state);
+    (*same)->session = session;
+    (*same)->expires = expires;
+    touch(same);
+    return;
+  }
   while (static_cast<int>(entries_.size()) >= max_entries_ && evict_one()) {
   }
   auto e = std::make_unique<CacheEntry>();
