@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   a.flag("running", "256", "requests decoding at once");
   a.flag("steps", "2000", "steps timed");
   a.flag("vocab", "16", "vocabulary size (sampling cost grows with it)");
+  a.flag("max-tokens", "128", "tokens per request before it is replaced by a new one");
   a.flag("out", "", "write the result to this JSON file");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err) || a.help_requested()) {
@@ -48,21 +50,32 @@ int main(int argc, char** argv) {
   opts.max_batch = running;
   opts.step_token_budget = 4096;
   Engine engine(model, std::make_unique<NullBackend>(c, int64_t{8} << 30), opts);
-  uint64_t events = 0;
-  for (int i = 0; i < running; ++i) {
+  // Steady state: every request decodes max-tokens tokens, and each one that finishes is
+  // replaced by a new one, so admission, prefill and retirement are part of what is measured.
+  uint64_t events = 0, finished = 0;
+  const int max_tokens = static_cast<int>(a.integer("max-tokens"));
+  std::function<void(int)> submit = [&](int seed) {
     GenerateParams p;
     p.prompt.assign(8, 1);
-    p.max_tokens = 1 << 30;
+    p.max_tokens = max_tokens;
     p.ignore_eos = true;
-    p.seed = i;
-    engine.submit(p, [&](TokenOutput&&) { ++events; });
-  }
+    p.seed = seed;
+    engine.submit(p, [&, seed](TokenOutput&& t) {
+      ++events;
+      if (t.finish != FinishReason::kNone) {
+        ++finished;
+        submit(seed + running);
+      }
+    });
+  };
+  for (int i = 0; i < running; ++i) submit(i);
   for (int i = 0; i < 20; ++i) engine.step();  // admit and prefill everything
   const EngineStats before = engine.stats();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) engine.step();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats after = engine.stats();
+  engine.stop();  // ends the requests while `submit` (which their sinks call) still exists
   const double step_us = (after.step_seconds - before.step_seconds) / steps * 1e6;
   const double sample_us = (after.sample_seconds - before.sample_seconds) / steps * 1e6;
   const double forward_us = (after.forward_seconds - before.forward_seconds) / steps * 1e6;
@@ -74,7 +87,8 @@ int main(int argc, char** argv) {
                       {"schedule_us", schedule_us},
                       {"emit_and_bookkeeping_us", step_us - sample_us - forward_us - schedule_us},
                       {"wall_us_per_step", wall / steps * 1e6},
-                      {"pages_used", after.pages_used}, {"events", events}};
+                      {"pages_used", after.pages_used}, {"events", events}, {"requests_finished", finished},
+                      {"max_tokens", max_tokens}};
   std::cout << r.dump(1) << std::endl;
   if (!a.str("out").empty()) std::ofstream(a.str("out")) << r.dump(1) << "\n";
   return 0;

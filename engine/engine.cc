@@ -12,12 +12,19 @@ namespace mixserve {
 // A request inside the engine: its parameters, its tokens (prompt, then generated), how many of
 // them the state covers, and its pages.
 struct Engine::Live {
+  // Read for every running request on every step: kept together at the front (one cache line).
+  int32_t fed = 0, total = 0;  // tokens the state covers; tokens.size()
+  int32_t end = 0;             // end of the chunk this step feeds
+  int32_t priority = 0;
+  bool done = false, cancelled = false, has_deadline = false;
+  Clock::time_point deadline;
+  SequenceState state;
+  // The rest.
   uint64_t id = 0, arrival = 0;
   GenerateParams p;
   OutputSink sink;
   std::vector<int32_t> tokens;
-  int32_t n_prompt = 0, fed = 0, generated = 0, cached = 0;
-  SequenceState state;
+  int32_t n_prompt = 0, generated = 0, cached = 0;
   std::vector<float> cached_logits;  // a prefix-cache hit on the whole prompt: sample from these
   std::vector<float> swapped;        // host copy of the state while preempted by swapping
   std::vector<int32_t> swapped_pages_per_layer;
@@ -26,7 +33,6 @@ struct Engine::Live {
   std::unique_ptr<StopMatcher> stop;
   Clock::time_point submitted, first_token;
   double queue_s = -1;
-  bool cancelled = false, done = false;
 };
 
 Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, EngineOptions opts)
@@ -75,7 +81,10 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   params.sampling.seed = *params.seed;
   r->tokens = params.prompt;
-  r->n_prompt = static_cast<int32_t>(params.prompt.size());
+  r->n_prompt = r->total = static_cast<int32_t>(params.prompt.size());
+  r->priority = params.priority;
+  r->has_deadline = params.deadline.has_value();
+  if (r->has_deadline) r->deadline = *params.deadline;
   const SamplingParams& sp = params.sampling;
   r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size),
                   sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
@@ -169,7 +178,7 @@ void Engine::drain_inbox() {
 void Engine::expire(Clock::time_point now) {
   auto check = [&](Live& r) {
     if (r.cancelled) finish(r, FinishReason::kCancelled);
-    else if (r.p.deadline && now >= *r.p.deadline) finish(r, FinishReason::kDeadline);
+    else if (r.has_deadline && now >= r.deadline) finish(r, FinishReason::kDeadline);
   };
   for (auto& r : running_) check(*r);
   for (auto& r : waiting_) check(*r);
@@ -207,7 +216,7 @@ void Engine::admit() {
   // Admit only what this step's token budget can start, so pages are taken when they are used.
   int32_t budget = opts_.step_token_budget;
   for (const auto& r : running_)
-    budget -= chunk_end(r->fed, static_cast<int32_t>(r->tokens.size()), opts_.prefill_chunk) - r->fed;
+    budget -= chunk_end(r->fed, r->total, opts_.prefill_chunk) - r->fed;
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
     Live& r = *waiting_.front();
     const int32_t total = static_cast<int32_t>(r.tokens.size());
@@ -254,8 +263,8 @@ bool Engine::make_room(Live& r, int64_t tokens) {
     Live* victim = nullptr;
     for (auto& o : running_)
       if (o.get() != &r && !o->done && o->state.allocated() &&
-          (!victim || o->p.priority > victim->p.priority ||
-           (o->p.priority == victim->p.priority && o->arrival > victim->arrival)))
+          (!victim || o->priority > victim->priority ||
+           (o->priority == victim->priority && o->arrival > victim->arrival)))
         victim = o.get();
     if (!victim) return false;
     preempt(*victim);
@@ -338,6 +347,7 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   if (r.p.sampling.logprobs > 0 || r.p.return_logprob) out.logprobs.push_back(std::move(sampled));
   if (r.detok) out.text = r.stop->feed(r.detok->push(token));
   r.tokens.push_back(token);
+  r.total = static_cast<int32_t>(r.tokens.size());
   const bool stopped = r.stop->stopped();
   const bool length = r.generated >= r.p.max_tokens || static_cast<int64_t>(r.tokens.size()) >= c.max_seq_len;
   if (!stopped && !length) return r.sink(std::move(out));
@@ -391,25 +401,22 @@ bool Engine::step() {
   int32_t budget = opts_.step_token_budget;
   for (int pass = 0; pass < 2; ++pass)
     for (Live* r : candidates) {
-      const int32_t total = static_cast<int32_t>(r->tokens.size());
-      if (r->done || !r->state.allocated() || (total - r->fed == 1) != (pass == 0) || r->fed >= total) continue;
-      const int32_t end = chunk_end(r->fed, total, opts_.prefill_chunk);
-      if (end - r->fed > budget) continue;
-      if (!make_room(*r, end)) {
+      if (r->done || (r->total - r->fed == 1) != (pass == 0) || r->fed >= r->total || !r->state.allocated()) continue;
+      r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
+      if (r->end - r->fed > budget) continue;
+      if (!make_room(*r, r->end)) {
         finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
         continue;
       }
-      budget -= end - r->fed;
+      budget -= r->end - r->fed;
       in_batch.push_back(r);
     }
   // make_room may have preempted requests placed earlier in this batch
   for (Live* r : in_batch)
     if (!r->done && r->state.allocated()) {
       kept.push_back(r);
-      const int32_t end = chunk_end(r->fed, static_cast<int32_t>(r->tokens.size()), opts_.prefill_chunk);
-      batch.add_sequence(r->tokens.data() + r->fed, end - r->fed, r->fed, r->state);
-      (end - r->fed == 1 && r->fed + 1 == static_cast<int32_t>(r->tokens.size()) && r->generated > 0 ? report.decode_rows
-                                                                                                      : report.prefill_rows) += end - r->fed;
+      batch.add_sequence(r->tokens.data() + r->fed, r->end - r->fed, r->fed, r->state);
+      (r->end - r->fed == 1 && r->generated > 0 ? report.decode_rows : report.prefill_rows) += r->end - r->fed;
     }
   if (!kept.empty()) {
     worked = true;
@@ -424,9 +431,8 @@ bool Engine::step() {
     const auto ts = Clock::now();
     for (size_t i = 0; i < kept.size(); ++i) {
       Live& r = *kept[i];
-      const int32_t total = static_cast<int32_t>(r.tokens.size());
-      r.fed = chunk_end(r.fed, total, opts_.prefill_chunk);
-      if (r.fed != total) continue;
+      r.fed = r.end;
+      if (r.fed != r.total) continue;
       const float* row = logits.data() + i * V;
       if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
         cache_.snapshot(r.tokens, r.n_prompt, r.state, row, V);  // the prompt, for repeats
@@ -440,7 +446,7 @@ bool Engine::step() {
   const auto now = Clock::now();
   report.step_s = std::chrono::duration<double>(now - t0).count();
   // The pool's detailed accounting walks every request's pages: ten times a second is enough.
-  const bool detailed = now >= next_detail_ || !worked;  // and whenever the engine goes idle
+  const bool detailed = now >= next_detail_ || !worked || (running_.empty() && waiting_.empty());  // and when idle
   if (detailed) next_detail_ = now + std::chrono::milliseconds(100);
   update_stats(detailed);
   {

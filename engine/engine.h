@@ -38,7 +38,7 @@ struct EngineOptions {
   int32_t step_token_budget = 512;  // rows per forward pass (decode rows + prefill chunks)
   int32_t prefill_chunk = 256;    // prefill advances in chunks ending at multiples of this
   int cache_entries = 4096;       // prefix-cache and session entries (0: no prefix reuse)
-  int32_t cache_min_tokens = 4;   // shorter prompts are not snapshotted
+  int32_t cache_min_tokens = 16;  // shorter prompts are not snapshotted (their prefill is cheap)
   double session_ttl_s = 600;     // a named session's state is kept this long after its turn
   std::function<void(const StepReport&)> on_step;  // optional; must be quick
 };

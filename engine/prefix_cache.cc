@@ -61,20 +61,28 @@ bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capac
   }
   if (fresh > alloc_.pool().free_count()) return false;
   to.layer_pages.assign(L, {});
-  std::vector<int32_t> copy_from, copy_to;
+  std::vector<int32_t> copy_from, copy_to, fresh_pages;
   for (int l = 0; l < L; ++l) {
     const int64_t need = alloc_.layer_pages_for(l, capacity_tokens);
     const int64_t live = alloc_.layer_pages_for(l, n);
+    const auto& src = from.layer_pages[l];
+    std::vector<int32_t>& dst = to.layer_pages[l];
+    dst.reserve(need);
+    fresh_pages.clear();
+    int64_t fresh_here = 0;
+    for (int64_t i = 0; i < need; ++i) fresh_here += !(i < static_cast<int64_t>(src.size()) && shareable(l, i));
+    alloc_.pool().allocate(static_cast<int32_t>(fresh_here), fresh_pages);  // one bulk take per layer
+    size_t next_fresh = 0;
     for (int64_t i = 0; i < need; ++i) {
-      if (i < static_cast<int64_t>(from.layer_pages[l].size()) && shareable(l, i)) {
-        to.layer_pages[l].push_back(from.layer_pages[l][i]);
-        alloc_.pool().retain({from.layer_pages[l][i]});
+      if (i < static_cast<int64_t>(src.size()) && shareable(l, i)) {
+        dst.push_back(src[i]);
+        alloc_.pool().retain({src[i]});
         continue;
       }
-      alloc_.pool().allocate(1, to.layer_pages[l]);
+      dst.push_back(fresh_pages[next_fresh++]);
       if (i < live) {
-        copy_from.push_back(from.layer_pages[l][i]);
-        copy_to.push_back(to.layer_pages[l].back());
+        copy_from.push_back(src[i]);
+        copy_to.push_back(dst.back());
       }
     }
   }

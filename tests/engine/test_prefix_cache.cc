@@ -29,6 +29,7 @@ class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
     EngineOptions e;
     e.cache_entries = cache_entries;
     e.prefill_chunk = 8;
+    e.cache_min_tokens = 1;  // every length, however short
     return std::make_unique<Engine>(model_, std::make_unique<CpuBackend>(fx_.cfg, *fx_.weights, o),
                                     e);
   }

@@ -77,6 +77,7 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
     opts.prefill_chunk = 8;
     opts.step_token_budget = 48;
     opts.cache_entries = 64;
+    opts.cache_min_tokens = 1;
     // A pool of about 6 full-length requests for a batch of up to 24: admission waits, cache
     // entries get evicted, and requests are preempted (swapped or recomputed).
     CpuBackendOptions probe;
