@@ -57,8 +57,9 @@ bool ends_with_replacement_char(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
 
-// Context tokens kept before the first generated one: enough for the first delta's leading
-// space and for any character the context's last tokens leave open.
+// Context tokens kept before the first generated one, so that the first delta keeps the leading
+// space sentencepiece strips at the start of a decode. (A prompt is text, so its tokens never
+// end inside a character.)
 constexpr size_t kContextTokens = 6;
 // The window's ids before prefix_ are no longer needed; drop them now and then.
 constexpr size_t kTrimAt = 64;
