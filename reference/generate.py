@@ -10,7 +10,9 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 from mixserve_ref.model import Model  # noqa: E402
 
 
@@ -25,6 +27,8 @@ def top_p_sample(logits, p, gen):
 
 @torch.no_grad()
 def generate(model, sp, prompt, max_tokens, top_p, seed):
+    """Prompt + completion as text: the prompt is fed token by token through step(), then up to
+    max_tokens are sampled (fewer when max_seq_len is reached or EOS is drawn)."""
     gen = torch.Generator().manual_seed(seed)
     ids = sp.encode(prompt)
     states = model.init_state(1)
@@ -41,6 +45,12 @@ def generate(model, sp, prompt, max_tokens, top_p, seed):
     return sp.decode(ids + out)
 
 
+def tokenizer_path(model_dir):
+    """The model's own tokenizer.model, else the repository's (every zoo model uses that one)."""
+    own = os.path.join(model_dir, "tokenizer.model")
+    return own if os.path.exists(own) else os.path.join(ROOT, "models", "tokenizer.model")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model_dir")
@@ -51,7 +61,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(2)
     import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(args.model_dir, "tokenizer.model"))
+    sp = spm.SentencePieceProcessor(model_file=tokenizer_path(args.model_dir))
     model = Model.load_dir(args.model_dir)
     print(generate(model, sp, args.prompt, args.max_tokens, args.top_p, args.seed))
 
