@@ -50,6 +50,11 @@ class Backend {
   virtual void read_pages(const std::vector<int32_t>& pages, float* host) const = 0;
   virtual void write_pages(const std::vector<int32_t>& pages, const float* host) = 0;
   virtual void copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) = 0;
+  // Seconds each layer's mixer took in the last forward pass (empty when not measured).
+  virtual const std::vector<double>& mixer_seconds() const { return no_timing_; }
+
+ private:
+  std::vector<double> no_timing_;
 };
 
 }  // namespace mixserve

@@ -425,6 +425,8 @@ bool Engine::step() {
     backend_->forward(batch, logits_);
     report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count();
     report.sequences = static_cast<int>(kept.size());
+    report.batch = &batch;
+    report.mixer_seconds = &backend_->mixer_seconds();
     const std::vector<float>& logits = logits_;
     std::vector<std::pair<Live*, SampledToken>>& sampled = sampled_;
     sampled.clear();

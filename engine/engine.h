@@ -30,6 +30,8 @@ struct StepReport {
   int decode_rows = 0, prefill_rows = 0, sequences = 0;
   double forward_s = 0, sample_s = 0, step_s = 0;  // step_s includes the other two
   double schedule_s = 0;  // from the step's start to the forward call: admission and batching
+  const ForwardBatch* batch = nullptr;              // what ran (valid during the callback)
+  const std::vector<double>* mixer_seconds = nullptr;  // per layer, measured by the backend
 };
 
 struct EngineOptions {

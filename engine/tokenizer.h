@@ -1,6 +1,5 @@
-// Text <-> token ids through sentencepiece, behind an interface of ours: Debian's
-// sentencepiece_processor.h clashes with Abseil (DESIGN §11), so it is included in exactly one
-// .cc (tokenizer.cc) and never in a header.
+// Text <-> token ids with a sentencepiece BPE model (tokenizer.model), read and run by our own
+// code: engine/tokenizer.cc explains why mixserve does not link libsentencepiece.
 #pragma once
 
 #include <cstdint>

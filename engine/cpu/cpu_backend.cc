@@ -1,5 +1,6 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -82,6 +83,7 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   xn_.resize(rows * d);
   y_.resize(rows * d);
   embed(b, x_.data());
+  mixer_seconds_.assign(cfg_.n_layers, 0.0);
   CpuContext ctx{&threads_};
   std::vector<StateView> views(n_seq);
   SeqBatch sb{n_seq, b.row_start.data(), b.pos0.data(), views.data()};
@@ -92,7 +94,9 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
     }
     Layer& L = layers_[l];
     layer_norm(x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());
+    const auto t0 = std::chrono::steady_clock::now();
     L.mixer->forward(sb, xn_.data(), y_.data(), ctx);
+    mixer_seconds_[l] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int64_t i = 0; i < rows * d; ++i) x_[i] += y_[i];
     layer_norm(x_.data(), rows, d, L.ln2_w, L.ln2_b, cfg_.norm_eps, xn_.data());
     L.ffn->forward(sb, xn_.data(), y_.data(), ctx);

@@ -33,6 +33,7 @@ class CpuBackend : public Backend {
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;
   void copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) override;
+  const std::vector<double>& mixer_seconds() const override { return mixer_seconds_; }
 
  private:
   struct Layer {
@@ -58,6 +59,7 @@ class CpuBackend : public Backend {
   std::vector<float> sinusoid_;
   PackedWeight head_;
   std::vector<float> x_, xn_, y_, last_;  // activations, reused between steps
+  std::vector<double> mixer_seconds_;     // per layer, the last forward pass
 };
 
 

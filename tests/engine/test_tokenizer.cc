@@ -187,3 +187,34 @@ TEST(Tokenizer, MissingFileIsAClearError) {
 
 }  // namespace
 }  // namespace mixserve
+
+// mixserve's own sentencepiece BPE implementation gives exactly what the sentencepiece library
+// gives (tests/golden/tokenizer_cases.json, written by reference/tokenizer_cases.py).
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace mixserve {
+namespace {
+
+TEST(TokenizerMatchesSentencepiece, EncodeAndDecodeCases) {
+  auto tok = Tokenizer::load(std::string(MIXSERVE_SOURCE_DIR) + "/models/tokenizer.model");
+  std::ifstream f(std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden/tokenizer_cases.json");
+  const nlohmann::json cases = nlohmann::json::parse(f);
+  int encoded = 0, decoded = 0;
+  for (const auto& c : cases["encode"]) {
+    const std::string text = c["text"];
+    EXPECT_EQ(tok->encode(text), c["ids"].get<std::vector<int32_t>>()) << "encode \"" << text << "\"";
+    ++encoded;
+  }
+  for (const auto& c : cases["decode"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->decode(ids), c["text"].get<std::string>()) << "decode " << c["ids"].dump();
+    ++decoded;
+  }
+  EXPECT_GT(encoded, 800);
+  EXPECT_GT(decoded, 400);
+}
+
+}  // namespace
+}  // namespace mixserve

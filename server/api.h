@@ -1,0 +1,91 @@
+// What both front ends (gRPC and REST) share: the served models, one request shape, one
+// validation with one set of error codes, and submission to the right engine. A front end
+// only parses its wire format into ApiRequest and renders what comes back.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model_dir.h"
+#include "server/token_channel.h"
+
+namespace mixserve {
+
+class Metrics;
+
+// Error classes with their gRPC and HTTP meanings.
+enum class ApiCode {
+  kInvalidArgument,    // 400 / INVALID_ARGUMENT
+  kUnauthenticated,    // 401 / UNAUTHENTICATED
+  kNotFound,           // 404 / NOT_FOUND
+  kPayloadTooLarge,    // 413 / INVALID_ARGUMENT
+  kResourceExhausted,  // 429 / RESOURCE_EXHAUSTED
+  kUnavailable,        // 503 / UNAVAILABLE
+  kDeadlineExceeded,   // 504 / DEADLINE_EXCEEDED
+  kInternal,           // 500 / INTERNAL
+};
+
+struct ApiError {
+  ApiCode code = ApiCode::kInvalidArgument;
+  std::string message;
+  std::string param;  // the request field at fault, when there is one
+};
+
+struct ApiRequest {
+  std::string model;
+  std::optional<std::string> prompt_text;
+  std::optional<std::vector<int32_t>> prompt_ids;
+  GenerateParams params;  // everything but the prompt
+  std::optional<double> timeout_s;
+};
+
+struct ServerLimits {
+  int64_t max_body_bytes = 1 << 20;
+  int64_t max_prompt_chars = 256 << 10;
+  int64_t max_tokens_cap = 0;  // 0: the model's context
+};
+
+struct ServedModel {
+  LoadedModel model;
+  std::unique_ptr<Engine> engine;
+  std::string backend;
+  std::vector<std::string> mixers;  // per layer
+};
+
+// A request running in an engine, with its channel.
+struct Submission {
+  ServedModel* served = nullptr;
+  uint64_t id = 0;
+  std::shared_ptr<TokenChannel> channel;
+  GenerateParams params;
+  Clock::time_point submitted;
+};
+
+class ModelHub {
+ public:
+  void add(std::unique_ptr<ServedModel> m) { models_.push_back(std::move(m)); }
+  const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
+  // The model with this id; an empty id means the first one. Null when unknown.
+  ServedModel* find(const std::string& id) const;
+
+  // Validates and submits. On success fills `sub`: its events arrive in sub.channel, and
+  // `notify` (if set) is called on the engine thread after each one — it must not block.
+  std::optional<ApiError> submit(const ApiRequest& req, Submission& sub,
+                                 std::function<void()> notify = nullptr) const;
+
+  std::atomic<bool> draining{false};
+  ServerLimits limits;
+  Metrics* metrics = nullptr;
+
+ private:
+  std::vector<std::unique_ptr<ServedModel>> models_;
+};
+
+// UTF-8 validity (prompts and stop strings must be valid text).
+bool valid_utf8(const std::string& s);
+
+}  // namespace mixserve

@@ -1,0 +1,383 @@
+#include "server/http_server.h"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>  // before Boost 1.74: its asio/awaitable.hpp uses std::exchange unincluded
+#include <variant>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+namespace mixserve {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+const char* http_status_text(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "";
+  }
+}
+
+namespace {
+
+struct Closer {  // what a session needs from the server to stop with it
+  std::mutex mu;
+  std::vector<std::function<void()>> closers;
+};
+
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  Session(Stream stream, const HttpServerOptions& opts, const HttpHandler& handler, const HttpErrorBody& error_body)
+      : stream_(std::move(stream)), opts_(opts), handler_(handler), error_body_(error_body),
+        write_timer_(stream_.get_executor()) {}
+
+  void run(bool tls) {
+    auto self = this->shared_from_this();
+    if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
+      if (tls) {
+        beast::get_lowest_layer(stream_).expires_after(opts_.header_timeout);
+        stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) return self->close();
+          self->read_header();
+        });
+        return;
+      }
+    }
+    net::dispatch(stream_.get_executor(), [self] { self->read_header(); });
+  }
+
+  // --- called through Exchange, on the strand ---
+  void respond(uint64_t serial, int status, const std::string& type, std::string body,
+               std::vector<std::pair<std::string, std::string>> headers) {
+    if (serial != serial_ || responding_) return;
+    responding_ = true;
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+    res->set(http::field::server, "mixserve");
+    res->set(http::field::content_type, type);
+    for (auto& [k, v] : headers) res->set(k, v);
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    queue_.push_back(Write{res, nullptr, {}, false, serial});
+    pump();
+  }
+  void start_stream(uint64_t serial, int status, const std::string& type) {
+    if (serial != serial_ || responding_) return;
+    responding_ = true;
+    stream_res_ = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(status), 11);
+    stream_res_->set(http::field::server, "mixserve");
+    stream_res_->set(http::field::content_type, type);
+    stream_res_->set(http::field::cache_control, "no-cache");
+    stream_res_->set("X-Accel-Buffering", "no");
+    stream_res_->keep_alive(keep_alive_);
+    stream_res_->chunked(true);
+    queue_.push_back(Write{nullptr, stream_res_, {}, false, serial});
+    pump();
+  }
+  void send(uint64_t serial, std::string chunk) {
+    if (serial != serial_ || !stream_res_ || chunk.empty()) return;
+    queue_.push_back(Write{nullptr, nullptr, std::make_shared<std::string>(std::move(chunk)), false, serial});
+    pump();
+  }
+  void finish(uint64_t serial) {
+    if (serial != serial_ || !stream_res_) return;
+    queue_.push_back(Write{nullptr, nullptr, {}, true, serial});
+    pump();
+  }
+  void on_gone(uint64_t serial, std::function<void()> fn) {
+    if (serial != serial_) return;
+    if (closed_ && !response_done_) return fn();
+    gone_ = std::move(fn);
+  }
+  auto executor() { return stream_.get_executor(); }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    write_timer_.cancel();
+    if (!response_done_ && gone_) {
+      auto fn = std::move(gone_);
+      gone_ = nullptr;
+      fn();
+    }
+    beast::error_code ec;
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
+    beast::get_lowest_layer(stream_).close();
+  }
+
+ private:
+  struct Write {
+    std::shared_ptr<http::response<http::string_body>> whole;
+    std::shared_ptr<http::response<http::empty_body>> header;
+    std::shared_ptr<std::string> chunk;
+    bool last = false;
+    uint64_t serial = 0;
+  };
+
+  void read_header() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->body_limit(opts_.max_body_bytes);
+    parser_->header_limit(static_cast<uint32_t>(opts_.max_header_bytes));
+    beast::get_lowest_layer(stream_).expires_after(opts_.header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // Transport errors answer in the API's error shape and close the connection.
+  void fail(int status, const std::string& message) {
+    keep_alive_ = false;
+    ++serial_;
+    responding_ = false;
+    respond(serial_, status, "application/json", error_body_(status, message), {});
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec == http::error::header_limit) return fail(431, "the request headers are larger than " + std::to_string(opts_.max_header_bytes) + " bytes");
+    if (ec == http::error::body_limit) return fail(413, "the request body is larger than the limit of " + std::to_string(opts_.max_body_bytes) + " bytes");
+    if (ec == beast::error::timeout) return fail(408, "the request headers did not arrive in time");
+    if (ec) {
+      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::operation_aborted)
+        return close();
+      return fail(400, std::string("malformed HTTP request: ") + ec.message());
+    }
+    beast::get_lowest_layer(stream_).expires_after(opts_.body_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::body_limit) return fail(413, "the request body is larger than the limit of " + std::to_string(opts_.max_body_bytes) + " bytes");
+    if (ec == beast::error::timeout) return fail(408, "the request body did not arrive in time");
+    if (ec) {
+      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) return close();
+      return fail(400, std::string("malformed HTTP request: ") + ec.message());
+    }
+    beast::get_lowest_layer(stream_).expires_never();
+    auto msg = parser_->release();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    const size_t q = req.target.find('?');
+    req.path = req.target.substr(0, q);
+    req.query = q == std::string::npos ? "" : req.target.substr(q + 1);
+    req.body = std::move(msg.body());
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(f.value());
+    }
+    beast::error_code rec;
+    auto ep = beast::get_lowest_layer(stream_).socket().remote_endpoint(rec);
+    if (!rec) req.remote = ep.address().to_string();
+    keep_alive_ = msg.keep_alive();
+    ++serial_;
+    responding_ = response_done_ = false;
+    stream_res_.reset();
+    gone_ = nullptr;
+    watch();  // notices a client that leaves while the handler works
+    handler_(req, make_exchange());
+  }
+
+  // A read that stays posted while a response is pending (a closed socket completes it at once)
+  // and, after the response, waits for the next request on a kept-alive connection.
+  void watch() {
+    if (watching_ || closed_) return;
+    watching_ = true;
+    stream_.async_read_some(buffer_.prepare(4096), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+      self->watching_ = false;
+      if (ec) return self->close();
+      self->buffer_.commit(n);
+      if (self->response_done_) self->read_header();  // the next request has begun
+      else self->watch();                              // pipelined bytes: keep them, keep watching
+    });
+  }
+
+  std::shared_ptr<HttpExchange> make_exchange();
+
+  void pump() {
+    if (writing_ || queue_.empty() || closed_) return;
+    writing_ = true;
+    Write w = std::move(queue_.front());
+    queue_.pop_front();
+    write_timer_.expires_after(opts_.write_timeout);
+    write_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (!ec) self->close();  // the client stopped reading
+    });
+    auto done = [self = this->shared_from_this(), last = w.last || w.whole != nullptr](beast::error_code ec, size_t) {
+      self->write_timer_.cancel();
+      self->writing_ = false;
+      if (ec) return self->close();
+      if (last) self->response_complete();
+      self->pump();
+    };
+    if (w.whole) {
+      http::async_write(stream_, *w.whole, [w, done](beast::error_code ec, size_t n) { done(ec, n); });
+    } else if (w.header) {
+      auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*w.header);
+      http::async_write_header(stream_, *sr, [w, sr, done](beast::error_code ec, size_t n) { done(ec, n); });
+    } else if (w.chunk) {
+      net::async_write(stream_, http::make_chunk(net::buffer(*w.chunk)), [w, done](beast::error_code ec, size_t n) { done(ec, n); });
+    } else {
+      net::async_write(stream_, http::make_chunk_last(), done);
+    }
+  }
+
+  void response_complete() {
+    response_done_ = true;
+    gone_ = nullptr;
+    stream_res_.reset();
+    if (!keep_alive_) return close();
+    if (buffer_.size() > 0 && !watching_) return read_header();  // a pipelined request is waiting
+    beast::get_lowest_layer(stream_).expires_after(opts_.idle_timeout);
+    watch();
+  }
+
+  Stream stream_;
+  const HttpServerOptions& opts_;
+  const HttpHandler& handler_;
+  const HttpErrorBody& error_body_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<Write> queue_;
+  std::shared_ptr<http::response<http::empty_body>> stream_res_;
+  net::steady_timer write_timer_;
+  std::function<void()> gone_;
+  uint64_t serial_ = 0;
+  bool keep_alive_ = true, writing_ = false, watching_ = false, closed_ = false, responding_ = false,
+       response_done_ = false;
+};
+
+template <typename Stream>
+class Exchange : public HttpExchange {
+ public:
+  Exchange(std::shared_ptr<Session<Stream>> s, uint64_t serial) : s_(std::move(s)), serial_(serial) {}
+  void respond(int status, const std::string& type, std::string body,
+               std::vector<std::pair<std::string, std::string>> headers) override {
+    net::post(s_->executor(), [s = s_, n = serial_, status, type, body = std::move(body), headers = std::move(headers)]() mutable {
+      s->respond(n, status, type, std::move(body), std::move(headers));
+    });
+  }
+  void start_stream(int status, const std::string& type) override {
+    net::post(s_->executor(), [s = s_, n = serial_, status, type] { s->start_stream(n, status, type); });
+  }
+  void send(std::string chunk) override {
+    net::post(s_->executor(), [s = s_, n = serial_, c = std::move(chunk)]() mutable { s->send(n, std::move(c)); });
+  }
+  void finish() override {
+    net::post(s_->executor(), [s = s_, n = serial_] { s->finish(n); });
+  }
+  void post(std::function<void()> fn) override { net::post(s_->executor(), std::move(fn)); }
+  void on_client_gone(std::function<void()> fn) override {
+    net::post(s_->executor(), [s = s_, n = serial_, fn = std::move(fn)]() mutable { s->on_gone(n, std::move(fn)); });
+  }
+
+ private:
+  std::shared_ptr<Session<Stream>> s_;
+  uint64_t serial_;
+};
+
+template <typename Stream>
+std::shared_ptr<HttpExchange> Session<Stream>::make_exchange() {
+  return std::make_shared<Exchange<Stream>>(this->shared_from_this(), serial_);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpServerOptions opts;
+  HttpHandler handler;
+  HttpErrorBody error_body;
+  net::io_context ioc;
+  std::optional<net::ssl::context> ssl;
+  tcp::acceptor acceptor{ioc};
+  std::vector<std::thread> threads;
+  int bound_port = 0;
+
+  void accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec) {
+        if (ec != net::error::operation_aborted) accept();
+        return;
+      }
+      socket.set_option(tcp::no_delay(true));
+      if (ssl) {
+        auto s = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+            beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *ssl), opts, handler, error_body);
+        s->run(true);
+      } else {
+        auto s = std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), opts, handler, error_body);
+        s->run(false);
+      }
+      accept();
+    });
+  }
+};
+
+HttpServer::HttpServer(HttpServerOptions opts, HttpHandler handler, HttpErrorBody error_body)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->opts = std::move(opts);
+  impl_->handler = std::move(handler);
+  impl_->error_body = std::move(error_body);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start() {
+  Impl& m = *impl_;
+  if (!m.opts.tls_cert_file.empty() || !m.opts.tls_key_file.empty()) {
+    m.ssl.emplace(net::ssl::context::tls_server);
+    m.ssl->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
+    m.ssl->use_certificate_chain_file(m.opts.tls_cert_file);
+    m.ssl->use_private_key_file(m.opts.tls_key_file, net::ssl::context::pem);
+  }
+  const auto addr = net::ip::make_address(m.opts.host);
+  tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
+  m.acceptor.open(ep.protocol());
+  m.acceptor.set_option(net::socket_base::reuse_address(true));
+  m.acceptor.bind(ep);
+  m.acceptor.listen(net::socket_base::max_listen_connections);
+  m.bound_port = m.acceptor.local_endpoint().port();
+  m.accept();
+  for (int i = 0; i < std::max(1, m.opts.threads); ++i) m.threads.emplace_back([&m] { m.ioc.run(); });
+}
+
+void HttpServer::stop() {
+  Impl& m = *impl_;
+  if (m.threads.empty()) return;
+  net::post(m.ioc, [&m] {
+    beast::error_code ec;
+    m.acceptor.close(ec);
+  });
+  m.ioc.stop();
+  for (auto& t : m.threads) t.join();
+  m.threads.clear();
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+bool HttpServer::tls() const { return impl_->ssl.has_value(); }
+
+}  // namespace mixserve

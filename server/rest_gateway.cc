@@ -1,0 +1,390 @@
+#include "server/rest_gateway.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/tokenizer.h"
+#include "server/metrics.h"
+
+namespace mixserve {
+
+using json = nlohmann::json;
+
+int http_status(ApiCode code) {
+  switch (code) {
+    case ApiCode::kInvalidArgument: return 400;
+    case ApiCode::kUnauthenticated: return 401;
+    case ApiCode::kNotFound: return 404;
+    case ApiCode::kPayloadTooLarge: return 413;
+    case ApiCode::kResourceExhausted: return 429;
+    case ApiCode::kUnavailable: return 503;
+    case ApiCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+std::string RestGateway::error_json(int status, const std::string& message, const std::string& param) {
+  std::string type = "invalid_request_error", code;
+  switch (status) {
+    case 401: type = "authentication_error", code = "invalid_api_key"; break;
+    case 404: code = "model_not_found"; break;
+    case 405: code = "method_not_allowed"; break;
+    case 408: type = "timeout_error", code = "request_timeout"; break;
+    case 413: code = "request_too_large"; break;
+    case 429: type = "rate_limit_error", code = "queue_full"; break;
+    case 503: type = "server_error", code = "service_unavailable"; break;
+    case 504: type = "timeout_error", code = "deadline_exceeded"; break;
+    default:
+      if (status >= 500) type = "server_error", code = "internal_error";
+      else code = "invalid_request";
+  }
+  json e = {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", code}};
+  return json{{"error", e}}.dump();
+}
+
+RestGateway::RestGateway(ModelHub& hub, const ApiKeys& keys, Metrics* metrics, RestOptions opts)
+    : hub_(hub), keys_(keys), metrics_(metrics), opts_(std::move(opts)) {}
+
+void RestGateway::reply(std::shared_ptr<HttpExchange> ex, const std::string& path, int status,
+                        const std::string& type, std::string body) {
+  if (metrics_) metrics_->observe_http(path, status);
+  ex->respond(status, type, std::move(body));
+}
+
+void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  const std::string& p = req.path;
+  auto err = [&](int status, const std::string& msg, const std::string& param = "") {
+    reply(ex, p, status, "application/json", error_json(status, msg, param));
+  };
+  const bool open = opts_.auth_exempt_health && (p == "/health" || p == "/ready" || p == "/metrics");
+  const bool page = p == "/" || p.rfind("/static/", 0) == 0;
+  if (!open && !page && !keys_.allows(req.header("authorization")))
+    return err(401, "a valid API key is required (Authorization: Bearer <key>)");
+  if (p == "/health") {
+    if (req.method != "GET") return err(405, "use GET");
+    return reply(ex, p, 200, "application/json", R"({"status":"ok"})");
+  }
+  if (p == "/ready") {
+    if (req.method != "GET") return err(405, "use GET");
+    if (hub_.draining) return reply(ex, p, 503, "application/json", R"({"status":"draining"})");
+    return reply(ex, p, 200, "application/json", R"({"status":"ready"})");
+  }
+  if (p == "/metrics") {
+    if (req.method != "GET") return err(405, "use GET");
+    return reply(ex, p, 200, "text/plain; version=0.0.4; charset=utf-8", metrics_ ? metrics_->render(hub_) : "");
+  }
+  if (p == "/v1/models") {
+    if (req.method != "GET") return err(405, "use GET");
+    return models(ex);
+  }
+  if (p == "/v1/completions") {
+    if (req.method != "POST") return err(405, "use POST");
+    return completions(req, ex);
+  }
+  if (page && req.method == "GET" && !opts_.static_dir.empty()) return static_file(req, ex);
+  err(404, "no route for " + req.method + " " + p);
+}
+
+void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
+  json data = json::array();
+  for (const auto& m : hub_.models())
+    data.push_back({{"id", m->model.id}, {"object", "model"}, {"created", 0}, {"owned_by", "mixserve"},
+                    {"max_model_len", m->model.config.max_seq_len}, {"mixers", m->mixers},
+                    {"backend", m->backend}, {"format", m->model.format}});
+  reply(ex, "/v1/models", 200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
+}
+
+void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  namespace fs = std::filesystem;
+  const std::string rel = req.path == "/" ? "index.html" : req.path.substr(8);
+  if (rel.empty() || rel.find("..") != std::string::npos || rel.front() == '/')
+    return reply(ex, req.path, 404, "application/json", error_json(404, "no such file"));
+  const fs::path file = fs::path(opts_.static_dir) / rel;
+  std::ifstream f(file, std::ios::binary);
+  if (!f) return reply(ex, req.path, 404, "application/json", error_json(404, "no such file"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string ext = file.extension().string();
+  const std::string type = ext == ".html" ? "text/html; charset=utf-8"
+                           : ext == ".js" ? "text/javascript; charset=utf-8"
+                           : ext == ".css" ? "text/css; charset=utf-8"
+                           : ext == ".svg" ? "image/svg+xml"
+                           : ext == ".png" ? "image/png" : "application/octet-stream";
+  reply(ex, req.path, 200, type, ss.str());
+}
+
+namespace {
+
+// A field check: throws ApiError for a wrong type or range, naming the field.
+struct Fields {
+  const json& j;
+  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
+    throw ApiError{ApiCode::kInvalidArgument, "'" + field + "' " + what, field};
+  }
+  bool has(const char* f) const { return j.contains(f) && !j[f].is_null(); }
+  double number(const char* f, double def, double lo, double hi) const {
+    if (!has(f)) return def;
+    if (!j[f].is_number()) bad(f, "must be a number");
+    const double v = j[f].get<double>();
+    if (!(v >= lo && v <= hi)) bad(f, "must be between " + fmt(lo) + " and " + fmt(hi) + ", got " + j[f].dump());
+    return v;
+  }
+  int64_t integer(const char* f, int64_t def, int64_t lo, int64_t hi) const {
+    if (!has(f)) return def;
+    if (!j[f].is_number_integer()) bad(f, "must be an integer");
+    const int64_t v = j[f].get<int64_t>();
+    if (v < lo || v > hi) bad(f, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + std::to_string(v));
+    return v;
+  }
+  bool boolean(const char* f, bool def) const {
+    if (!has(f)) return def;
+    if (!j[f].is_boolean()) bad(f, "must be true or false");
+    return j[f].get<bool>();
+  }
+  std::string string(const char* f) const {
+    if (!has(f)) return "";
+    if (!j[f].is_string()) bad(f, "must be a string");
+    return j[f].get<std::string>();
+  }
+  static std::string fmt(double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  }
+};
+
+ApiRequest parse_completion(const json& j, bool& stream, bool& include_usage, bool& echo) {
+  if (!j.is_object()) throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
+  static const std::set<std::string> known = {
+      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+      "presence_penalty", "frequency_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs", "echo",
+      "n", "best_of", "stream", "stream_options", "suffix", "logit_bias", "user", "priority", "session", "timeout"};
+  for (const auto& [k, _] : j.items())
+    if (!known.count(k)) throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  Fields f{j};
+  ApiRequest r;
+  r.model = f.string("model");
+  if (!f.has("prompt")) f.bad("prompt", "is required");
+  const json& p = j["prompt"];
+  auto ids = [&](const json& arr) {
+    std::vector<int32_t> out;
+    for (const auto& t : arr) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+        f.bad("prompt", "token ids must be non-negative integers");
+      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return out;
+  };
+  if (p.is_string()) r.prompt_text = p.get<std::string>();
+  else if (p.is_array() && !p.empty() && p[0].is_number()) r.prompt_ids = ids(p);
+  else if (p.is_array() && p.size() == 1 && p[0].is_string()) r.prompt_text = p[0].get<std::string>();
+  else if (p.is_array() && p.size() == 1 && p[0].is_array()) r.prompt_ids = ids(p[0]);
+  else if (p.is_array() && p.size() > 1) f.bad("prompt", "holds several prompts; send one prompt per request");
+  else f.bad("prompt", "must be a string or a list of token ids");
+  GenerateParams& g = r.params;
+  g.max_tokens = static_cast<int32_t>(f.integer("max_tokens", 16, 1, 1 << 20));
+  g.sampling.temperature = static_cast<float>(f.number("temperature", 1.0, 0.0, 100.0));
+  g.sampling.top_p = static_cast<float>(f.number("top_p", 1.0, 0.0, 1.0));
+  if (f.has("top_p") && g.sampling.top_p <= 0) f.bad("top_p", "must be greater than 0");
+  const int64_t top_k = f.integer("top_k", 0, -1, 1 << 30);
+  g.sampling.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);  // vLLM: -1 means off
+  g.sampling.min_p = static_cast<float>(f.number("min_p", 0.0, 0.0, 1.0));
+  g.sampling.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 1.0, 1e-6, 10.0));
+  g.sampling.presence_penalty = static_cast<float>(f.number("presence_penalty", 0.0, -2.0, 2.0));
+  g.sampling.frequency_penalty = static_cast<float>(f.number("frequency_penalty", 0.0, -2.0, 2.0));
+  if (f.has("seed")) g.seed = static_cast<uint64_t>(f.integer("seed", 0, 0, INT64_MAX));
+  if (f.has("stop")) {
+    const json& s = j["stop"];
+    if (s.is_string()) g.stop.push_back(s.get<std::string>());
+    else if (s.is_array()) {
+      for (const auto& x : s) {
+        if (!x.is_string()) f.bad("stop", "must be a string or a list of strings");
+        g.stop.push_back(x.get<std::string>());
+      }
+    } else f.bad("stop", "must be a string or a list of strings");
+    if (g.stop.size() > 16) f.bad("stop", "holds more than 16 strings");
+    for (const auto& s2 : g.stop)
+      if (s2.empty()) f.bad("stop", "must not contain empty strings");
+  }
+  if (f.has("stop_token_ids")) {
+    if (!j["stop_token_ids"].is_array()) f.bad("stop_token_ids", "must be a list of token ids");
+    for (const auto& t : j["stop_token_ids"]) {
+      if (!t.is_number_integer()) f.bad("stop_token_ids", "must be a list of token ids");
+      g.stop_token_ids.push_back(t.get<int32_t>());
+    }
+  }
+  g.ignore_eos = f.boolean("ignore_eos", false);
+  g.sampling.logprobs = static_cast<int>(f.integer("logprobs", 0, 0, 20));
+  g.return_logprob = f.has("logprobs");
+  if (f.integer("n", 1, 1, 1) != 1 || f.integer("best_of", 1, 1, 1) != 1) f.bad("n", "only 1 is supported");
+  if (f.has("suffix")) f.bad("suffix", "is not supported");
+  if (f.has("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
+    f.bad("logit_bias", "is not supported");
+  f.string("user");
+  g.priority = static_cast<int32_t>(f.integer("priority", 0, -1000000, 1000000));
+  g.session = f.string("session");
+  if (f.has("timeout")) r.timeout_s = f.number("timeout", 0, 1e-3, 86400.0);
+  stream = f.boolean("stream", false);
+  echo = f.boolean("echo", false);
+  include_usage = false;
+  if (f.has("stream_options")) {
+    const json& so = j["stream_options"];
+    if (!so.is_object()) f.bad("stream_options", "must be an object");
+    if (!stream) f.bad("stream_options", "is only allowed with stream: true");
+    include_usage = Fields{so}.boolean("include_usage", false);
+  }
+  return r;
+}
+
+std::string random_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "cmpl-%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+// One completion in flight, touched only on its connection's strand.
+struct Completion {
+  Submission sub;
+  std::shared_ptr<HttpExchange> ex;
+  bool stream = false, include_usage = false, echo = false, ended = false;
+  std::string id, model, prompt_text;
+  int64_t created = 0;
+  std::string text;  // non-streaming: the whole completion
+  std::vector<int32_t> tokens;
+  std::vector<SampledToken> logprobs;
+  Metrics* metrics = nullptr;
+};
+
+json logprobs_json(const std::vector<SampledToken>& lp, const Tokenizer* tok) {
+  json tokens = json::array(), token_lp = json::array(), top = json::array();
+  auto text = [&](int32_t id) { return tok ? tok->decode(&id, 1) : std::to_string(id); };
+  for (const auto& s : lp) {
+    tokens.push_back(text(s.token));
+    token_lp.push_back(s.logprob);
+    json t = json::object();
+    for (const auto& [id, v] : s.top) t[text(id)] = v;
+    top.push_back(t);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lp}, {"top_logprobs", top}};
+}
+
+const char* openai_finish(FinishReason r) {
+  return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : finish_reason_name(r);
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+void send_event(Completion& c, const json& body) { c.ex->send("data: " + body.dump() + "\n\n"); }
+
+json chunk(Completion& c, const std::string& text, const json& logprobs, const json& finish) {
+  return {{"id", c.id}, {"object", "text_completion"}, {"created", c.created}, {"model", c.model},
+          {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}}})}};
+}
+
+// Takes every event the engine has produced for c and writes what it means (on c's strand).
+void drain(const std::shared_ptr<Completion>& c) {
+  TokenOutput out;
+  const Tokenizer* tok = c->sub.served->model.tokenizer.get();
+  while (!c->ended && c->sub.channel->try_pop(out)) {
+    const bool last = out.finish != FinishReason::kNone;
+    if (out.token >= 0) c->tokens.push_back(out.token);
+    if (!c->stream) {
+      c->text += out.text;
+      for (auto& s : out.logprobs) c->logprobs.push_back(std::move(s));
+    } else if (!last && (!out.text.empty() || !out.logprobs.empty())) {
+      json lp = out.logprobs.empty() ? json() : logprobs_json(out.logprobs, tok);
+      send_event(*c, chunk(*c, out.text, lp, json()));
+    }
+    if (!last) continue;
+    c->ended = true;
+    const int status = out.finish == FinishReason::kDeadline ? 504 : out.finish == FinishReason::kError ? 500 : 200;
+    if (out.finish == FinishReason::kCancelled) return;  // the client is gone: nothing to send
+    const std::string message = out.finish == FinishReason::kDeadline
+                                    ? "the request's timeout passed before the completion finished"
+                                    : out.error;
+    if (!c->stream) {
+      if (c->metrics) c->metrics->observe_http("/v1/completions", status);
+      if (status != 200) return c->ex->respond(status, "application/json", RestGateway::error_json(status, message));
+      json lp = c->sub.params.return_logprob ? logprobs_json(c->logprobs, tok) : json();
+      json body = chunk(*c, (c->echo ? c->prompt_text : "") + c->text, lp, openai_finish(out.finish));
+      body["usage"] = usage_json(out.usage);
+      return c->ex->respond(200, "application/json", body.dump());
+    }
+    if (status != 200) {
+      send_event(*c, json::parse(RestGateway::error_json(status, message)));
+    } else {
+      send_event(*c, chunk(*c, out.text, out.logprobs.empty() ? json() : logprobs_json(out.logprobs, tok),
+                           openai_finish(out.finish)));
+      if (c->include_usage) {
+        json u = chunk(*c, "", json(), json());
+        u["choices"] = json::array();
+        u["usage"] = usage_json(out.usage);
+        send_event(*c, u);
+      }
+    }
+    c->ex->send("data: [DONE]\n\n");
+    c->ex->finish();
+  }
+}
+
+}  // namespace
+
+void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  const std::string path = "/v1/completions";
+  auto fail = [&](const ApiError& e) {
+    const int status = http_status(e.code);
+    reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
+  };
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    return fail({ApiCode::kInvalidArgument, std::string("the body is not valid JSON: ") + e.what(), ""});
+  }
+  auto c = std::make_shared<Completion>();
+  ApiRequest api;
+  try {
+    api = parse_completion(body, c->stream, c->include_usage, c->echo);
+  } catch (const ApiError& e) {
+    return fail(e);
+  } catch (const json::exception& e) {
+    return fail({ApiCode::kInvalidArgument, std::string("bad field: ") + e.what(), ""});
+  }
+  c->ex = ex;
+  c->metrics = metrics_;
+  c->id = random_id();
+  c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  c->prompt_text = api.prompt_text.value_or("");
+  std::weak_ptr<Completion> weak = c;
+  // The engine calls notify after each event; the events are turned into bytes on the strand.
+  auto notify = [weak, ex] {
+    ex->post([weak] {
+      if (auto c = weak.lock()) drain(c);
+    });
+  };
+  if (auto e = hub_.submit(api, c->sub, notify)) return fail(*e);
+  c->model = c->sub.served->model.id;
+  ServedModel* served = c->sub.served;
+  const uint64_t id = c->sub.id;
+  // Keep c alive until its response is done; cancel the request if the client leaves first.
+  ex->on_client_gone([served, id, c] { served->engine->cancel(id); });
+  if (c->stream) {
+    if (metrics_) metrics_->observe_http(path, 200);
+    ex->start_stream(200, "text/event-stream");
+    if (c->echo && !c->prompt_text.empty()) send_event(*c, chunk(*c, c->prompt_text, json(), json()));
+  }
+  ex->post([c] { drain(c); });
+}
+
+}  // namespace mixserve

@@ -1,0 +1,42 @@
+// The OpenAI-compatible REST gateway (DESIGN §8): POST /v1/completions (JSON or SSE with
+// `stream: true`), GET /v1/models, /health, /ready, /metrics, and the playground's static files
+// at /. Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/api.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+
+namespace mixserve {
+
+struct RestOptions {
+  bool auth_exempt_health = true;  // /health, /ready and /metrics without an API key
+  std::string static_dir;          // the playground (index.html …); empty: none
+};
+
+class RestGateway {
+ public:
+  RestGateway(ModelHub& hub, const ApiKeys& keys, Metrics* metrics, RestOptions opts);
+  void handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  static std::string error_json(int status, const std::string& message, const std::string& param = "");
+
+ private:
+  void completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void models(std::shared_ptr<HttpExchange> ex);
+  void static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void reply(std::shared_ptr<HttpExchange> ex, const std::string& path, int status, const std::string& type,
+             std::string body);
+
+  ModelHub& hub_;
+  const ApiKeys& keys_;
+  Metrics* metrics_;
+  RestOptions opts_;
+};
+
+// HTTP status and OpenAI error type of an ApiCode.
+int http_status(ApiCode code);
+
+}  // namespace mixserve
