@@ -198,7 +198,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     stream_res_.reset();
     gone_ = nullptr;
     watch();  // notices a client that leaves while the handler works
-    handler_(req, make_exchange());
+    auto ex = make_exchange();
+    try {
+      handler_(req, ex);
+    } catch (const std::exception& e) {  // a handler bug must not take the I/O thread down
+      ex->respond(500, "application/json", error_body_(500, std::string("internal error: ") + e.what()));
+    }
   }
 
   // A read that stays posted while a response is pending (a closed socket completes it at once)

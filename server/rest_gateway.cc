@@ -16,6 +16,10 @@ namespace mixserve {
 
 using json = nlohmann::json;
 
+// Serialises without ever throwing: text from a model or from a bad request may hold bytes that
+// are not UTF-8 (a token's piece, an echoed parse error); they become U+FFFD.
+static std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 int http_status(ApiCode code) {
   switch (code) {
     case ApiCode::kInvalidArgument: return 400;
@@ -45,7 +49,7 @@ std::string RestGateway::error_json(int status, const std::string& message, cons
       else code = "invalid_request";
   }
   json e = {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", code}};
-  return json{{"error", e}}.dump();
+  return dump(json{{"error", e}});
 }
 
 RestGateway::RestGateway(ModelHub& hub, const ApiKeys& keys, Metrics* metrics, RestOptions opts)
@@ -97,7 +101,7 @@ void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
     data.push_back({{"id", m->model.id}, {"object", "model"}, {"created", 0}, {"owned_by", "mixserve"},
                     {"max_model_len", m->model.config.max_seq_len}, {"mixers", m->mixers},
                     {"backend", m->backend}, {"format", m->model.format}});
-  reply(ex, "/v1/models", 200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
+  reply(ex, "/v1/models", 200, "application/json", dump(json{{"object", "list"}, {"data", data}}));
 }
 
 void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
@@ -285,7 +289,7 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-void send_event(Completion& c, const json& body) { c.ex->send("data: " + body.dump() + "\n\n"); }
+void send_event(Completion& c, const json& body) { c.ex->send("data: " + dump(body) + "\n\n"); }
 
 json chunk(Completion& c, const std::string& text, const json& logprobs, const json& finish) {
   return {{"id", c.id}, {"object", "text_completion"}, {"created", c.created}, {"model", c.model},
@@ -319,7 +323,7 @@ void drain(const std::shared_ptr<Completion>& c) {
       json lp = c->sub.params.return_logprob ? logprobs_json(c->logprobs, tok) : json();
       json body = chunk(*c, (c->echo ? c->prompt_text : "") + c->text, lp, openai_finish(out.finish));
       body["usage"] = usage_json(out.usage);
-      return c->ex->respond(200, "application/json", body.dump());
+      return c->ex->respond(200, "application/json", dump(body));
     }
     if (status != 200) {
       send_event(*c, json::parse(RestGateway::error_json(status, message)));
