@@ -150,7 +150,9 @@ TEST_F(Rest, BadInputsGetClearErrorsAndQueueNothing) {
     ASSERT_TRUE(j.contains("error")) << c.what;
     EXPECT_FALSE(j["error"]["message"].get<std::string>().empty()) << c.what;
     EXPECT_TRUE(j["error"].contains("type") && j["error"].contains("code")) << c.what;
-    if (*c.param) EXPECT_EQ(j["error"]["param"], c.param) << c.what << ": " << r.body;
+    if (*c.param) {
+      EXPECT_EQ(j["error"]["param"], c.param) << c.what << ": " << r.body;
+    }
   }
   EXPECT_GE(cases.size(), 20u);
   // method and route errors too
