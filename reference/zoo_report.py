@@ -24,6 +24,15 @@ sys.path.insert(0, HERE)
 BOOK_NAMES = {"Est": "Esther", "Lam": "Lamentations", "Hab": "Habakkuk", "Phmn": "Philemon", "2Pet": "2 Peter"}
 
 
+def precision(log):
+    """Logs written before train.py recorded --tf32 came from a trainer that always enabled TF32
+    matmuls on CUDA."""
+    if log.get("amp") == "bf16":
+        return "bf16 autocast"
+    tf32 = log.get("tf32", "cuda" in str(log.get("device", "")).lower() or "NVIDIA" in str(log.get("device", "")))
+    return "fp32 with TF32 matmuls" if tf32 else "fp32"
+
+
 def unigram_baseline(data_dir, vocab_size):
     """Validation loss (nats/token) of the unigram distribution of the training tokens, add-one
     smoothed so that a token unseen in training costs a finite amount."""
@@ -154,7 +163,7 @@ def main():
         f"AdamW lr {first['lr']:g} ({first.get('lr_schedule', 'constant')}), betas (0.9, 0.999), weight decay "
         f"{first.get('weight_decay', 0.01):g}, dropout {first.get('dropout', 0.1):g}, weights N(0, 0.01), biases 0, "
         f"gradient clipping 1.0, batch {first['batch']} × {cfg['max_seq_len']} tokens, precision "
-        f"{'bf16 autocast' if first.get('amp') == 'bf16' else 'fp32'}.",
+        f"{precision(first)}.",
         f"Every model: u = {cfg['vocab_size']}, d = {cfg['d_model']}, {cfg['n_layers']} layers of one mixer, "
         f"c = {cfg['ffn_dim']}, l = {cfg['max_seq_len']}, {cfg['activation']}, tied embeddings, embeddings × √d, "
         "learned positions (RWKV: none, with ln0 and its channel-mix FFN, as RWKV-4), float16 weights.",
