@@ -31,14 +31,16 @@ bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
   // States that grow per token get kGrowTokens at a time, so a decoding sequence takes pages
   // every 16th step instead of every step (vLLM's block size).
   tokens = (tokens + kGrowTokens - 1) / kGrowTokens * kGrowTokens;
-  const int L = backend_.config().n_layers;
+  if (growing_.empty() && !fixed_checked_) {  // which layers have per-token state at all
+    for (int l = 0; l < backend_.config().n_layers; ++l)
+      if (backend_.state_layouts()[l].token_floats > 0) growing_.push_back(l);
+    fixed_checked_ = true;
+  }
   int32_t need = 0;
-  for (int l = 0; l < L; ++l)
-    need += layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size());
+  for (int l : growing_) need += layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size());
   if (need > pool_.free_count()) return false;
-  for (int l = 0; l < L; ++l)
-    pool_.allocate(layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size()),
-                   s.layer_pages[l]);
+  for (int l : growing_)
+    pool_.allocate(layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size()), s.layer_pages[l]);
   s.capacity_tokens = tokens;
   return true;
 }

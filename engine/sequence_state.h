@@ -37,6 +37,8 @@ class StateAllocator {
  private:
   Backend& backend_;
   PagePool& pool_;
+  std::vector<int> growing_;  // layers whose state grows per token (K/V); only they need grow()
+  bool fixed_checked_ = false;
 };
 
 }  // namespace mixserve
