@@ -1,0 +1,179 @@
+// mixserve-cuda-bench: decode step time of the CUDA backend for each mixer at a given config
+// (default: the Extractor paper's, u=5000, l=128, d=128, c=512, m=18 layers, float16 weights),
+// random weights. For each mixer and batch size: prefill B sequences with a 16-token prompt, run
+// warm-up steps (the batch's CUDA graph is captured there), then time decode steps end to end
+// (metadata upload, graph replay, logits back to the host) and take the median.
+//   mixserve-cuda-bench --mixers aft_simple,retnet --batches 1,8,64,256 --out F.json
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model_weights.h"
+#include "engine/page_pool.h"
+#include "engine/sequence_state.h"
+#include "kernels/cuda_backend.h"
+#include "server/cli_args.h"
+
+namespace mixserve {
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+// Small random weights; norms at 1, RWKV's mixes at ½ and decays moderate, so values stay finite.
+class RandomWeights : public WeightSource {
+ public:
+  explicit RandomWeights(const ModelConfig& cfg) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+    for (const WeightSpec& spec : expected_weights(cfg)) {
+      int64_t n = 1;
+      for (int64_t e : spec.shape) n *= e;
+      std::vector<float>& v = w_[spec.name];
+      const std::string& s = spec.name;
+      auto ends = [&](const std::string& t) { return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0; };
+      float fill = NAN;
+      if ((s.find("ln") != std::string::npos || s.find("norm") != std::string::npos) && ends(".weight")) fill = 1.0f;
+      if (s.find("time_mix") != std::string::npos) fill = 0.5f;
+      if (ends("time_decay")) fill = -1.0f;
+      if (ends("time_first")) fill = 0.0f;
+      v.resize(n);
+      for (float& x : v) x = std::isnan(fill) ? u(rng) : fill;
+    }
+  }
+  const float* get(const std::string& name) const override { return w_.at(name).data(); }
+  bool has(const std::string& name) const override { return w_.count(name) != 0; }
+
+ private:
+  std::map<std::string, std::vector<float>> w_;
+};
+
+ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads) {
+  nlohmann::json layer = {{"mixer", mixer}};
+  if (mixer == "attention" || mixer == "retnet" || mixer == "linear" || mixer == "performer")
+    layer["heads"] = heads;
+  nlohmann::json cfg = {{"vocab_size", u}, {"d_model", d}, {"n_layers", m}, {"ffn_dim", c},
+                        {"max_seq_len", l}, {"position", "learned"}, {"embed_scale", std::sqrt(double(d))},
+                        {"norm", "layernorm"}, {"activation", "relu"},
+                        {"ffn", mixer == "rwkv" ? "rwkv_channel_mix" : "mlp"}, {"bias", true},
+                        {"tie_embeddings", true}, {"embed_norm", false},
+                        {"layers", nlohmann::json::array()}};
+  for (int i = 0; i < m; ++i) cfg["layers"].push_back(layer);
+  return parse_model_config(cfg.dump(), "bench config");
+}
+
+nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightType wt, int batch,
+                     int steps, int prompt, bool graphs) {
+  CudaBackendOptions o;
+  o.weights = wt;
+  o.graphs = graphs;
+  o.pool_bytes = int64_t{1} << 30;
+  CudaBackend backend(cfg, w, o);
+  PagePool pool(backend.total_pages());
+  StateAllocator alloc(backend, pool);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> tok(0, static_cast<int>(cfg.vocab_size) - 1);
+  const int warm = 8, total = prompt + warm + steps;
+  if (total > cfg.max_seq_len) throw std::invalid_argument("prompt + steps exceed max_seq_len");
+  std::vector<SequenceState> seqs(batch);
+  std::vector<std::vector<int32_t>> prompts(batch);
+  ForwardBatch pre;
+  for (int s = 0; s < batch; ++s) {
+    if (!alloc.admit(seqs[s], total)) throw std::runtime_error("pool too small");
+    for (int i = 0; i < prompt; ++i) prompts[s].push_back(tok(rng));
+    pre.add_sequence(prompts[s].data(), prompt, 0, seqs[s]);
+  }
+  std::vector<float> logits;
+  backend.forward(pre, logits);
+  std::vector<int32_t> next(batch);
+  std::vector<double> times;
+  for (int step = 0; step < warm + steps; ++step) {
+    for (int& t : next) t = tok(rng);
+    ForwardBatch b;
+    for (int s = 0; s < batch; ++s) b.add_sequence(&next[s], 1, prompt + step, seqs[s]);
+    const auto t0 = std::chrono::steady_clock::now();
+    backend.forward(b, logits);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step >= warm) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  return {{"batch", batch}, {"steps", steps}, {"prompt", prompt}, {"graphs", graphs},
+          {"us_per_step_median", median * 1e6}, {"us_per_step_min", times.front() * 1e6},
+          {"tok_s", batch / median}};
+}
+
+}  // namespace
+}  // namespace mixserve
+
+int main(int argc, char** argv) {
+  using namespace mixserve;
+  CliArgs a("mixserve-cuda-bench", "Decode step time of the CUDA backend per mixer and batch size.");
+  a.flag("mixers", "aft_simple,aft_local,aft_full,attention,retnet,she,he,we,me,rwkv,linear,performer",
+         "mixer kinds (one model of m layers each)");
+  a.flag("batches", "1,8,64,256", "batch sizes");
+  a.flag("steps", "64", "decode steps timed (after 8 warm-up steps)");
+  a.flag("prompt", "16", "prompt tokens prefilled first");
+  a.flag("vocab", "5000", "u");
+  a.flag("ctx", "128", "l");
+  a.flag("d", "128", "d");
+  a.flag("ffn", "512", "c");
+  a.flag("layers", "18", "m");
+  a.flag("heads", "4", "heads of attention, retnet, linear, performer");
+  a.flag("weights", "f16", "f32, f16, bf16");
+  a.toggle("no-graphs", "run every step eagerly");
+  a.flag("out", "", "write the results to this JSON file");
+  std::string err;
+  if (!a.parse(argc - 1, argv + 1, err)) {
+    std::cerr << "error: " << err << "\n";
+    return 2;
+  }
+  if (a.help_requested()) {
+    std::cout << a.help();
+    return 0;
+  }
+  if (!cuda_device_available()) {
+    std::cerr << "error: no CUDA device\n";
+    return 1;
+  }
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  nlohmann::json all = {{"device", cuda_device_name()}, {"date", date}, {"weights", a.str("weights")},
+                        {"config", {{"u", a.integer("vocab")}, {"l", a.integer("ctx")}, {"d", a.integer("d")},
+                                    {"c", a.integer("ffn")}, {"m", a.integer("layers")}, {"heads", a.integer("heads")}}},
+                        {"results", nlohmann::json::array()}};
+  try {
+    const CudaWeightType wt = parse_cuda_weight_type(a.str("weights"));
+    for (const std::string& mixer : split(a.str("mixers"))) {
+      ModelConfig cfg = paper_config(mixer, static_cast<int>(a.integer("vocab")), static_cast<int>(a.integer("ctx")),
+                                     static_cast<int>(a.integer("d")), static_cast<int>(a.integer("ffn")),
+                                     static_cast<int>(a.integer("layers")), static_cast<int>(a.integer("heads")));
+      RandomWeights w(cfg);
+      for (const std::string& b : split(a.str("batches"))) {
+        nlohmann::json r = bench(cfg, w, wt, std::stoi(b), static_cast<int>(a.integer("steps")),
+                                 static_cast<int>(a.integer("prompt")), a.str("no-graphs") != "true");
+        r["mixer"] = mixer;
+        std::cout << r.dump() << std::endl;
+        all["results"].push_back(r);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  if (!a.str("out").empty()) std::ofstream(a.str("out")) << all.dump(1) << "\n";
+  return 0;
+}

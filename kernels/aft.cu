@@ -1,0 +1,149 @@
+// AFT on the GPU (docs/mixers.md): aft_simple and aft_local keep running (max, num, den) sums, so
+// each (sequence, channel) runs its tokens in order in one thread; aft_full keeps every k, v, so
+// its rows run in parallel after the K/V append, like attention.
+#include <cmath>
+
+#include "kernels/cuda_part.cuh"
+
+namespace mixserve::cuda {
+
+namespace {
+
+// Folds e^{k}·v and e^{k} into the running sums, rescaled to the new maximum.
+__device__ __forceinline__ void absorb(float& mx, float& num, float& den, float k, float v) {
+  const float m = fmaxf(mx, k);
+  const float a = expf(mx - m), e = expf(k - m);
+  mx = m;
+  num = num * a + e * v;
+  den = den * a + e;
+}
+
+__global__ void aft_simple_kernel(DevBatch b, DevPages pages, const float* qkv, int d, float* out) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
+  const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+  float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
+  float mx = *pm, num = *pn, den = *pd;
+  for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+    const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
+    absorb(mx, num, den, row[d + c], row[2 * d + c]);
+    out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
+  }
+  *pm = mx;
+  *pn = num;
+  *pd = den;
+}
+
+// AFT-local: before a token enters slot pos mod s, the token leaving the window (pos − s) is
+// folded into the running sums; the output weighs the in-window lags with pos_bias[pos, lag] and
+// the folded sums with e^0.
+__global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int window,
+                                 const float* pos_bias, float* out) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
+  const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+  auto ring_k = [&](int pos) { return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c); };
+  auto ring_v = [&](int pos) { return pages.at(s, static_cast<int64_t>(3 + window + pos % window) * d + c); };
+  float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
+  float mx = *pm, sn = *pn, sd = *pd;
+  for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+    const int pos = b.pos0[s] + (r - b.row_start[s]);
+    const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
+    if (pos >= window) absorb(mx, sn, sd, *ring_k(pos), *ring_v(pos));
+    *ring_k(pos) = row[d + c];
+    *ring_v(pos) = row[2 * d + c];
+    const int lags = min(pos + 1, window);
+    const float* w = pos_bias + static_cast<int64_t>(pos) * window;
+    float m = mx;
+    for (int lag = 0; lag < lags; ++lag) m = fmaxf(m, *ring_k(pos - lag) + w[lag]);
+    const float e0 = expf(mx - m);
+    float num = sn * e0, den = sd * e0;
+    for (int lag = 0; lag < lags; ++lag) {
+      const float e = expf(*ring_k(pos - lag) + w[lag] - m);
+      num += e * *ring_v(pos - lag);
+      den += e;
+    }
+    out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
+  }
+  *pm = mx;
+  *pn = sn;
+  *pd = sd;
+}
+
+__global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, int d) {
+  const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
+  for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
+    *pages.at(s, static_cast<int64_t>(pos) * 2 * d + i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
+}
+
+// AFT-full, one thread per (row, channel): Σ_j e^{k_j + w[pos, j]} v_j / Σ_j e^{k_j + w[pos, j]},
+// lag 0 (j = pos) first, as the CPU sums.
+__global__ void aft_full_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int l,
+                                const float* pos_bias, float* out) {
+  const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  const int pos = b.row_pos[r], s = b.row_seq[r];
+  const float* w = pos_bias + static_cast<int64_t>(pos) * l;
+  auto key = [&](int j) { return *pages.at(s, static_cast<int64_t>(j) * 2 * d + c); };
+  auto value = [&](int j) { return *pages.at(s, static_cast<int64_t>(j) * 2 * d + d + c); };
+  float m = -INFINITY;
+  for (int j = pos; j >= 0; --j) m = fmaxf(m, key(j) + w[j]);
+  float num = 0.0f, den = 0.0f;
+  for (int j = pos; j >= 0; --j) {
+    const float e = expf(key(j) + w[j] - m);
+    num += e * value(j);
+    den += e;
+  }
+  out[static_cast<int64_t>(r) * d + c] = sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
+}
+
+class CudaAft : public CudaPart {
+ public:
+  CudaAft(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
+          const WeightSource& w, const std::string& p)
+      : kind_(layer.kind),
+        d_(static_cast<int>(cfg.d_model)),
+        window_(static_cast<int>(layer.window)),
+        l_(static_cast<int>(cfg.max_seq_len)),
+        qkv_(dw.fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
+        o_(dw.linear(w, p + "o", d_, d_, cfg.bias)) {
+    if (kind_ == MixerKind::kAftFull) pos_bias_ = dw.f32(w.get(p + "pos_bias"), size_t(l_) * l_);
+    if (kind_ == MixerKind::kAftLocal) pos_bias_ = dw.f32(w.get(p + "pos_bias"), size_t(l_) * window_);
+  }
+
+  void forward(const PartStep& st) override {
+    const int rows = st.rows, d = d_;
+    float *qkv = st.s.proj, *mixed = st.s.mixed;
+    gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
+    const int seq_blocks = ceil_div(int64_t{st.batch.n_seq} * d, 128);
+    if (kind_ == MixerKind::kAftSimple) {
+      aft_simple_kernel<<<seq_blocks, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d, mixed);
+    } else if (kind_ == MixerKind::kAftLocal) {
+      aft_local_kernel<<<seq_blocks, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d, window_,
+                                                          pos_bias_, mixed);
+    } else {
+      store_kv_kernel<<<rows, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d);
+      CUDA_CHECK_LAUNCH();
+      aft_full_kernel<<<dim3(rows, ceil_div(d, 128)), 128, 0, st.stream>>>(st.batch, st.pages, qkv, d,
+                                                                            l_, pos_bias_, mixed);
+    }
+    CUDA_CHECK_LAUNCH();
+    gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
+  }
+
+ private:
+  MixerKind kind_;
+  int d_, window_, l_;
+  DevMatrix qkv_, o_;
+  const float* pos_bias_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaPart> make_cuda_aft(const ModelConfig& cfg, const LayerConfig& layer,
+                                        DeviceWeights& dw, const WeightSource& w,
+                                        const std::string& prefix) {
+  return std::make_unique<CudaAft>(cfg, layer, dw, w, prefix);
+}
+
+}  // namespace mixserve::cuda

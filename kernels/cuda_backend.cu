@@ -1,0 +1,441 @@
+// The CUDA backend (docs/cuda.md). One forward pass: the batch's plain arrays and every layer's
+// page tables go to the device in one copy from a pinned buffer; embeddings, then per layer the
+// mixer and the FFN (each adds into the residual stream), then the final norm fused into the head
+// GEMM over the rows whose logits are wanted. Decode steps (one row per sequence) are padded to a
+// power-of-two batch and replayed from a CUDA graph captured once per bucket; the padding rows are
+// dummy sequences at position 0 whose state lives in scratch pages outside the pool's page ids.
+#include "kernels/cuda_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "engine/mixers/registry.h"
+#include "engine/sequence_state.h"
+#include "kernels/ops.cuh"
+
+namespace mixserve {
+
+using namespace cuda;
+
+bool cuda_device_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string cuda_device_name() {
+  if (!cuda_device_available()) return "";
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "";
+  return p.name;
+}
+
+CudaWeightType parse_cuda_weight_type(const std::string& name) {
+  if (name == "f32") return CudaWeightType::kF32;
+  if (name == "f16") return CudaWeightType::kF16;
+  if (name == "bf16") return CudaWeightType::kBF16;
+  if (name == "auto") return CudaWeightType::kAuto;
+  throw std::invalid_argument("weight type must be f32, f16, bf16 or auto, not '" + name + "'");
+}
+
+namespace {
+
+constexpr int kMaxGraphBatch = 512;  // decode batches up to this replay graphs
+
+int bucket(int n) {
+  int b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+
+std::vector<float> sinusoidal_positions(int64_t T, int64_t d) {  // as the CPU backend
+  std::vector<float> pe(T * d);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < d; i += 2) {
+      double a = t * std::pow(10000.0, -static_cast<double>(i) / d);
+      pe[t * d + i] = static_cast<float>(std::sin(a));
+      pe[t * d + i + 1] = static_cast<float>(std::cos(a));
+    }
+  return pe;
+}
+
+std::unique_ptr<CudaPart> make_mixer(const ModelConfig& cfg, const LayerConfig& lc, DeviceWeights& dw,
+                                     const WeightSource& w, const std::string& p) {
+  switch (lc.kind) {
+    case MixerKind::kAttention: return make_cuda_attention(cfg, lc, dw, w, p);
+    case MixerKind::kAftSimple:
+    case MixerKind::kAftLocal:
+    case MixerKind::kAftFull: return make_cuda_aft(cfg, lc, dw, w, p);
+    case MixerKind::kRetnet: return make_cuda_retnet(cfg, lc, dw, w, p);
+    case MixerKind::kShe:
+    case MixerKind::kHe:
+    case MixerKind::kWe:
+    case MixerKind::kMe: return make_cuda_extractor(cfg, lc, dw, w, p);
+    case MixerKind::kRwkv: return make_cuda_rwkv(cfg, lc, dw, w, p);
+    case MixerKind::kLinear:
+    case MixerKind::kPerformer: return make_cuda_linear(cfg, lc, dw, w, p);
+  }
+  throw std::logic_error("mixer kind without a CUDA implementation");
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  ModelConfig cfg;
+  CudaBackendOptions opts;
+  int d = 0, n_layers = 0;
+  std::vector<StateLayout> layouts;
+  int32_t page_floats = 0, total_pages = 0;
+  cudaStream_t stream = nullptr;
+  DeviceBuffer<float> pool;
+  std::vector<std::vector<int32_t>> scratch_pages;  // per layer: a dummy sequence's pages
+
+  DeviceWeights weights;
+  struct Layer {
+    Norm ln1, ln2;
+    std::unique_ptr<CudaPart> mixer, ffn;
+  };
+  std::vector<Layer> layers;
+  EmbedParams embed_params;
+  Norm norm_f;
+  DevMatrix head;
+
+  // Activations for up to row_cap rows.
+  int row_cap = 0;
+  int64_t hidden_per_row = 0, partial_per_row = 0;
+  DeviceBuffer<float> x, xn, proj, mixed, tmp, hidden, partial, logits;
+  PinnedBuffer<float> logits_host;
+  // The batch's int32 arrays (layout in fill_meta), host and device.
+  std::vector<int32_t> meta;
+  PinnedBuffer<int32_t> meta_host;
+  DeviceBuffer<int32_t> meta_dev;
+  // Page operations' staging.
+  DeviceBuffer<int32_t> page_ids;
+  DeviceBuffer<float> stage;
+
+  std::map<int, cudaGraphExec_t> graphs;  // decode bucket → graph
+  std::vector<cudaEvent_t> events;        // 2 per layer when timing mixers
+  std::vector<double> mixer_seconds;
+
+  Impl(const ModelConfig& c, const CudaBackendOptions& o) : cfg(c), opts(o), weights(o.weights) {}
+
+  ~Impl() {
+    drop_graphs();
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void drop_graphs() {
+    for (auto& [_, g] : graphs) cudaGraphExecDestroy(g);
+    graphs.clear();
+  }
+
+  // Grows the activation buffers to `rows` rows (graphs point at them, so they are recaptured).
+  void reserve_rows(int rows) {
+    if (rows <= row_cap) return;
+    drop_graphs();
+    row_cap = std::max(rows, row_cap * 2);
+    const int64_t R = row_cap;
+    x.reserve(R * d);
+    xn.reserve(R * d);
+    proj.reserve(R * 4 * d);
+    mixed.reserve(R * d);
+    tmp.reserve(R * d);
+    hidden.reserve(R * hidden_per_row);
+    partial.reserve(std::max<int64_t>(1, R * partial_per_row));
+    logits.reserve(R * cfg.vocab_size);
+    logits_host.reserve(R * cfg.vocab_size);
+  }
+
+  // meta: tokens [R], row_seq [R], row_pos [R], row_start [S+1], pos0 [S], out_rows [O],
+  // page-table starts [L][S+1], pages. Offsets depend on (R, S, O) only, so a graph captured for a
+  // bucket finds each array where it left it.
+  DevBatch device_batch(int R, int S) const {
+    const int32_t* m = meta_dev.get();
+    DevBatch b;
+    b.n_seq = S;
+    b.rows = R;
+    b.tokens = m;
+    b.row_seq = m + R;
+    b.row_pos = m + 2 * R;
+    b.row_start = m + 3 * R;
+    b.pos0 = m + 3 * R + S + 1;
+    b.out_rows = m + 3 * R + 2 * S + 1;
+    return b;
+  }
+  int64_t table_offset(int R, int S, int O) const { return 3 * int64_t{R} + 2 * S + 1 + O; }
+
+  void fill_meta(const ForwardBatch& b, int R, int S, int O) {
+    const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
+    meta.assign(table_offset(R, S, O) + int64_t{n_layers} * (S + 1), 0);
+    int32_t *tok = meta.data(), *seq = tok + R, *pos = seq + R, *start = pos + R, *pos0 = start + S + 1,
+            *out = pos0 + S;
+    for (int s = 0; s < S; ++s) {
+      const bool real = s < n_seq;
+      const int r0 = real ? b.row_start[s] : rows + (s - n_seq), r1 = real ? b.row_start[s + 1] : r0 + 1;
+      start[s] = r0;
+      pos0[s] = real ? b.pos0[s] : 0;
+      for (int r = r0; r < r1; ++r) {
+        tok[r] = real ? b.tokens[r] : 0;
+        seq[r] = s;
+        pos[r] = pos0[s] + (r - r0);
+      }
+    }
+    start[S] = R;
+    if (O == R)
+      for (int r = 0; r < R; ++r) out[r] = r;
+    else
+      for (int s = 0; s < S; ++s) out[s] = start[s + 1] - 1;
+    // Page tables: starts per (layer, sequence), relative to the pages array after them.
+    const int64_t table = table_offset(R, S, O), first_page = table + int64_t{n_layers} * (S + 1);
+    auto seq_pages = [&](int l, int s) -> const std::vector<int32_t>& {
+      return s < n_seq ? b.states[s]->layer_pages[l] : scratch_pages[l];
+    };
+    int64_t count = 0;
+    for (int l = 0; l < n_layers; ++l) {
+      for (int s = 0; s < S; ++s) {
+        meta[table + int64_t{l} * (S + 1) + s] = static_cast<int32_t>(count);
+        count += static_cast<int64_t>(seq_pages(l, s).size());
+      }
+      meta[table + int64_t{l} * (S + 1) + S] = static_cast<int32_t>(count);
+    }
+    meta.resize(first_page + count);
+    int32_t* dst = meta.data() + first_page;
+    for (int l = 0; l < n_layers; ++l)
+      for (int s = 0; s < S; ++s) dst = std::copy(seq_pages(l, s).begin(), seq_pages(l, s).end(), dst);
+    if (meta_dev.size() < meta.size()) {
+      drop_graphs();
+      meta_dev.reserve(meta.size() * 2);
+    }
+    meta_host.reserve(meta.size());
+    std::memcpy(meta_host.get(), meta.data(), meta.size() * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(meta_dev.get(), meta_host.get(), meta.size() * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream));
+  }
+
+  // Every kernel of one forward pass over R rows of S sequences, logits for O rows.
+  void run(int R, int S, int O) {
+    const DevBatch b = device_batch(R, S);
+    const int64_t table = table_offset(R, S, O);
+    const int32_t* pages = meta_dev.get() + table + int64_t{n_layers} * (S + 1);
+    embed(stream, b, R, d, embed_params, x.get());
+    Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
+    for (int l = 0; l < n_layers; ++l) {
+      DevPages pg{pool.get(), page_floats, meta_dev.get() + table + int64_t{l} * (S + 1), pages};
+      PartStep st{stream, b, pg, x.get(), s, layers[l].ln1, R, d};
+      if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
+      layers[l].mixer->forward(st);
+      if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l + 1], stream));
+      st.norm = layers[l].ln2;
+      layers[l].ffn->forward(st);
+    }
+    GemmIn in = normed_rows_of(x.get(), d, norm_f);
+    in.rows = b.out_rows;
+    gemm(stream, in, head, O, to(logits.get(), cfg.vocab_size));
+  }
+
+  void run_graph(int B) {
+    auto it = graphs.find(B);
+    if (it == graphs.end()) {
+      cudaGraph_t g = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      try {
+        run(B, B, B);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      CUDA_CHECK(e);
+      it = graphs.emplace(B, exec).first;
+    }
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+  }
+
+  void upload_ids(const std::vector<int32_t>& a, const std::vector<int32_t>& b = {}) {
+    page_ids.reserve(a.size() + b.size());
+    if (!a.empty())
+      CUDA_CHECK(cudaMemcpyAsync(page_ids.get(), a.data(), a.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream));
+    if (!b.empty())
+      CUDA_CHECK(cudaMemcpyAsync(page_ids.get() + a.size(), b.data(), b.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream));
+  }
+};
+
+CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const CudaBackendOptions& opts)
+    : impl_(std::make_unique<Impl>(cfg, opts)) {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaSetDevice(opts.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  m.d = static_cast<int>(cfg.d_model);
+  m.n_layers = static_cast<int>(cfg.n_layers);
+  const int64_t d = m.d;
+  m.page_floats = opts.page_floats > 0 ? opts.page_floats : static_cast<int32_t>(d);
+  if (m.page_floats % d != 0) throw std::invalid_argument("page_floats must be a multiple of d_model");
+
+  int64_t scratch = 0;  // pages a dummy sequence holds, over all layers
+  for (int i = 0; i < m.n_layers; ++i) {
+    m.layouts.push_back(layer_state_layout(cfg, i));
+    scratch += (m.layouts[i].floats_for(1) + m.page_floats - 1) / m.page_floats;
+  }
+  int64_t pool_bytes = opts.pool_bytes;
+  if (pool_bytes <= 0) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    pool_bytes = std::min<int64_t>(free_b / 2, int64_t{4} << 30);
+  }
+  const int64_t page_bytes = sizeof(float) * int64_t{m.page_floats};
+  m.total_pages = static_cast<int32_t>(std::min<int64_t>(pool_bytes / page_bytes, INT32_MAX - scratch));
+  m.pool.reserve(static_cast<size_t>(m.total_pages + scratch) * m.page_floats);
+  int32_t next = m.total_pages;
+  for (int i = 0; i < m.n_layers; ++i) {
+    m.scratch_pages.emplace_back();
+    for (int64_t p = 0; p < (m.layouts[i].floats_for(1) + m.page_floats - 1) / m.page_floats; ++p)
+      m.scratch_pages.back().push_back(next++);
+  }
+  CUDA_CHECK(cudaMemsetAsync(m.pool.get() + int64_t{m.total_pages} * m.page_floats, 0,
+                             scratch * page_bytes, m.stream));
+
+  DeviceWeights& dw = m.weights;
+  m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
+  m.embed_params.scale = cfg.embed_scale;
+  if (cfg.position == PositionKind::kLearned)
+    m.embed_params.pos = dw.f32(w.get("pos_embed.weight"), size_t(cfg.max_seq_len) * d);
+  if (cfg.position == PositionKind::kSinusoidal)
+    m.embed_params.pos = dw.f32(sinusoidal_positions(cfg.max_seq_len, d));
+  if (cfg.embed_norm)
+    m.embed_params.norm = {dw.f32(w.get("embed_norm.weight"), d), dw.f32(w.get("embed_norm.bias"), d),
+                           cfg.norm_eps};
+  int64_t partial = 0;
+  for (int i = 0; i < m.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    const LayerConfig& lc = cfg.layers[i];
+    Impl::Layer L;
+    L.ln1 = {dw.f32(w.get(p + "ln1.weight"), d), dw.f32(w.get(p + "ln1.bias"), d), cfg.norm_eps};
+    L.ln2 = {dw.f32(w.get(p + "ln2.weight"), d), dw.f32(w.get(p + "ln2.bias"), d), cfg.norm_eps};
+    L.mixer = make_mixer(cfg, lc, dw, w, p + "mixer.");
+    L.ffn = make_cuda_ffn(cfg, dw, w, p + "ffn.", mixer_info(lc.kind).state(cfg, lc).fixed_floats);
+    m.layers.push_back(std::move(L));
+    if (lc.kind == MixerKind::kShe) partial = std::max<int64_t>(partial, lag_chunks(static_cast<int>(lc.window * d)) * d);
+  }
+  m.norm_f = {dw.f32(w.get("norm_f.weight"), d), dw.f32(w.get("norm_f.bias"), d), cfg.norm_eps};
+  m.head = dw.matrix(cfg.tie_embeddings ? w.get("embed.weight") : w.get("head.weight"),
+                     cfg.head_bias ? w.get("head.bias") : nullptr, static_cast<int>(cfg.vocab_size),
+                     static_cast<int>(d));
+  m.hidden_per_row = std::max<int64_t>(cfg.ffn_dim, 4 * d);
+  m.partial_per_row = partial;
+  m.reserve_rows(64);
+  m.meta_dev.reserve(1 << 16);
+  if (opts.time_mixers) {
+    m.events.resize(2 * m.n_layers);
+    for (cudaEvent_t& e : m.events) CUDA_CHECK(cudaEventCreate(&e));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+CudaBackend::~CudaBackend() = default;
+
+const ModelConfig& CudaBackend::config() const { return impl_->cfg; }
+const std::vector<StateLayout>& CudaBackend::state_layouts() const { return impl_->layouts; }
+int32_t CudaBackend::page_floats() const { return impl_->page_floats; }
+int32_t CudaBackend::total_pages() const { return impl_->total_pages; }
+const std::vector<double>& CudaBackend::mixer_seconds() const { return impl_->mixer_seconds; }
+int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
+
+void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaSetDevice(m.opts.device));
+  const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
+  for (int s = 0; s < n_seq; ++s)
+    for (int32_t r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+      if (b.tokens[r] < 0 || b.tokens[r] >= m.cfg.vocab_size) throw std::out_of_range("token id out of range");
+      if (b.pos0[s] + (r - b.row_start[s]) >= m.cfg.max_seq_len)
+        throw std::out_of_range("position exceeds max_seq_len");
+    }
+  const int V = static_cast<int>(m.cfg.vocab_size);
+  const int out_real = b.all_logits ? rows : n_seq;
+  logits.resize(static_cast<size_t>(out_real) * V);
+  if (rows == 0) return;
+  const bool decode = !b.all_logits && rows == n_seq;
+  const bool use_graph = m.opts.graphs && !m.opts.time_mixers && decode && n_seq <= kMaxGraphBatch;
+  const int S = use_graph ? bucket(n_seq) : n_seq, R = use_graph ? S : rows;
+  const int O = b.all_logits ? R : S;
+  m.reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
+  m.fill_meta(b, R, S, O);
+  if (use_graph) m.run_graph(S);
+  else m.run(R, S, O);
+  CUDA_CHECK(cudaMemcpyAsync(m.logits_host.get(), m.logits.get(), sizeof(float) * out_real * V,
+                             cudaMemcpyDeviceToHost, m.stream));
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  std::memcpy(logits.data(), m.logits_host.get(), sizeof(float) * out_real * V);
+  if (m.opts.time_mixers) {
+    m.mixer_seconds.assign(m.n_layers, 0.0);
+    for (int l = 0; l < m.n_layers; ++l) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, m.events[2 * l], m.events[2 * l + 1]));
+      m.mixer_seconds[l] = ms * 1e-3;
+    }
+  }
+}
+
+void CudaBackend::init_state(int layer, const std::vector<int32_t>& pages) {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaSetDevice(m.opts.device));
+  InitRuns runs;
+  for (const StateTensor& t : m.layouts[layer].tensors) {
+    if (t.per_token || t.init == 0.0f) continue;
+    if (runs.n == 4) throw std::logic_error("more than four initialised state tensors");
+    int64_t n = 1;
+    for (int64_t e : t.shape) n *= e;
+    runs.begin[runs.n] = t.offset;
+    runs.end[runs.n] = t.offset + n;
+    runs.value[runs.n++] = t.init;
+  }
+  m.upload_ids(pages);
+  cuda::init_pages(m.stream, m.pool.get(), m.page_ids.get(), static_cast<int>(pages.size()),
+                   m.page_floats, runs);
+}
+
+void CudaBackend::read_pages(const std::vector<int32_t>& pages, float* host) const {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaSetDevice(m.opts.device));
+  const size_t n = pages.size() * m.page_floats;
+  m.upload_ids(pages);
+  m.stage.reserve(n);
+  cuda::gather_pages(m.stream, m.pool.get(), m.page_ids.get(), static_cast<int>(pages.size()),
+                     m.page_floats, m.stage.get());
+  CUDA_CHECK(cudaMemcpyAsync(host, m.stage.get(), n * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+void CudaBackend::write_pages(const std::vector<int32_t>& pages, const float* host) {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaSetDevice(m.opts.device));
+  const size_t n = pages.size() * m.page_floats;
+  m.upload_ids(pages);
+  m.stage.reserve(n);
+  CUDA_CHECK(cudaMemcpyAsync(m.stage.get(), host, n * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  cuda::scatter_pages(m.stream, m.pool.get(), m.page_ids.get(), static_cast<int>(pages.size()),
+                      m.page_floats, m.stage.get());
+  // The caller may free `host` on return; a pageable copy has been staged by then, but keep it
+  // simple and exact: wait.
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+void CudaBackend::copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
+  Impl& m = *impl_;
+  CUDA_CHECK(cudaSetDevice(m.opts.device));
+  if (from.size() != to.size()) throw std::invalid_argument("copy_pages: lists differ in length");
+  m.upload_ids(from, to);
+  cuda::copy_pages(m.stream, m.pool.get(), m.page_ids.get(), m.page_ids.get() + from.size(),
+                   static_cast<int>(from.size()), m.page_floats);
+}
+
+}  // namespace mixserve

@@ -1,0 +1,79 @@
+// Pieces every CUDA kernel file shares: error checks, the batch and page-table views kernels read,
+// block reductions. Kernels address a sequence's state exactly like engine/state_view.h: logical
+// float f of a layer's state lives at pool[pages[f / page_floats] * page_floats + f % page_floats].
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace mixserve::cuda {
+
+inline void check(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorString(e) + " in " + what +
+                             " at " + file + ":" + std::to_string(line));
+}
+#define CUDA_CHECK(call) ::mixserve::cuda::check((call), #call, __FILE__, __LINE__)
+// After a launch: configuration errors show at once (execution errors at the next sync).
+#define CUDA_CHECK_LAUNCH() ::mixserve::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// The rows of one forward pass, on the device. Sequence s owns rows [row_start[s], row_start[s+1])
+// at positions pos0[s], pos0[s] + 1, ...; row_seq/row_pos say the same per row.
+struct DevBatch {
+  int n_seq = 0, rows = 0;
+  const int32_t* tokens = nullptr;     // [rows]
+  const int32_t* row_seq = nullptr;    // [rows]
+  const int32_t* row_pos = nullptr;    // [rows]
+  const int32_t* row_start = nullptr;  // [n_seq + 1]
+  const int32_t* pos0 = nullptr;       // [n_seq]
+  const int32_t* out_rows = nullptr;   // rows whose logits are wanted
+};
+
+// One layer's page tables: sequence s holds pages[start[s] .. start[s+1]).
+struct DevPages {
+  float* pool = nullptr;
+  int32_t page_floats = 0;
+  const int32_t* start = nullptr;  // [n_seq + 1]
+  const int32_t* pages = nullptr;
+
+  // Address of logical float `flat` of sequence s; a row-aligned run of ≤ d floats is contiguous.
+  __device__ float* at(int s, int64_t flat) const {
+    const int32_t* p = pages + start[s];
+    return pool + static_cast<int64_t>(p[flat / page_floats]) * page_floats + flat % page_floats;
+  }
+};
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
+// `shared` holds 32 values. A fixed tree, so the result does not depend on timing.
+template <typename T>
+__device__ T block_sum(T v, T* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : T(0);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ T block_max(T v, T* shared) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : shared[0];
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+}  // namespace mixserve::cuda

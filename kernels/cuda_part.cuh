@@ -1,0 +1,91 @@
+// The interface every mixer and FFN implements on the GPU (the CPU's is engine/layer_part.h).
+// A part reads the residual stream x, applies its pre-norm, runs its math over every sequence's
+// state through the page tables, and adds its output back into x: the norm is fused into the
+// part's first GEMM where the normed rows are needed only there, and the residual add into its
+// last GEMM's epilogue.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/model_config.h"
+#include "kernels/gemm.cuh"
+
+namespace mixserve::cuda {
+
+// Activations of one forward pass, sized for its rows (see CudaBackend::Impl::reserve_rows).
+struct Scratch {
+  float* xn = nullptr;       // [rows, d] normed input, for parts that need it materialised
+  float* proj = nullptr;     // [rows, 4d] projections (q, k, v, g, ...)
+  float* mixed = nullptr;    // [rows, d] the mixer's core output, before its output projection
+  float* tmp = nullptr;      // [rows, d]
+  float* hidden = nullptr;   // [rows, max(c, 4d)]
+  float* partial = nullptr;  // SHE's chunk sums
+};
+
+struct Norm {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  float eps = 1e-5f;
+};
+
+struct PartStep {
+  cudaStream_t stream = nullptr;
+  DevBatch batch;
+  DevPages pages;  // this layer's
+  float* x = nullptr;  // residual stream [rows, d], updated in place
+  Scratch s;
+  Norm norm;       // ln1 for the mixer, ln2 for the FFN
+  int rows = 0;    // = batch.rows, on the host
+  int d = 0;
+};
+
+class CudaPart {
+ public:
+  virtual ~CudaPart() = default;
+  virtual void forward(const PartStep& step) = 0;
+};
+
+inline GemmIn rows_of(const float* x, int64_t ld) {
+  GemmIn in;
+  in.x = x;
+  in.ldx = ld;
+  return in;
+}
+inline GemmIn normed_rows_of(const float* x, int64_t ld, const Norm& n) {
+  GemmIn in = rows_of(x, ld);
+  in.ln_w = n.w;
+  in.ln_b = n.b;
+  in.ln_eps = n.eps;
+  return in;
+}
+inline GemmOut to(float* y, int64_t ld, Epi epi = Epi::kStore, Act act = Act::kNone,
+                  const float* aux = nullptr, int64_t ldaux = 0) {
+  return GemmOut{y, ld, aux, ldaux, act, epi};
+}
+
+// ops.cu
+void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y);
+
+// Factories, one per family file; prefix is "layers.{i}.mixer." or "layers.{i}.ffn.".
+using PartFactory = std::unique_ptr<CudaPart> (*)(const ModelConfig&, const LayerConfig&,
+                                                  DeviceWeights&, const WeightSource&,
+                                                  const std::string& prefix);
+std::unique_ptr<CudaPart> make_cuda_attention(const ModelConfig&, const LayerConfig&, DeviceWeights&,
+                                              const WeightSource&, const std::string&);
+std::unique_ptr<CudaPart> make_cuda_aft(const ModelConfig&, const LayerConfig&, DeviceWeights&,
+                                        const WeightSource&, const std::string&);
+std::unique_ptr<CudaPart> make_cuda_retnet(const ModelConfig&, const LayerConfig&, DeviceWeights&,
+                                           const WeightSource&, const std::string&);
+std::unique_ptr<CudaPart> make_cuda_extractor(const ModelConfig&, const LayerConfig&,
+                                              DeviceWeights&, const WeightSource&,
+                                              const std::string&);
+std::unique_ptr<CudaPart> make_cuda_rwkv(const ModelConfig&, const LayerConfig&, DeviceWeights&,
+                                         const WeightSource&, const std::string&);
+std::unique_ptr<CudaPart> make_cuda_linear(const ModelConfig&, const LayerConfig&, DeviceWeights&,
+                                           const WeightSource&, const std::string&);
+// state_offset: where the FFN's state starts inside the layer's fixed region.
+std::unique_ptr<CudaPart> make_cuda_ffn(const ModelConfig&, DeviceWeights&, const WeightSource&,
+                                        const std::string& prefix, int64_t state_offset);
+
+}  // namespace mixserve::cuda

@@ -1,0 +1,96 @@
+// Device and pinned host buffers (RAII), and the model's weights on the device: uploaded once,
+// projections as float32, float16 or bfloat16 matrices [n_out, k] (y = x·Wᵀ + b, as on the CPU).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/layer_part.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_backend.h"
+
+namespace mixserve::cuda {
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) { resize(n); }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // Contents are lost when the buffer grows; returns true when it was reallocated.
+  bool reserve(size_t n) {
+    if (n <= n_) return false;
+    cudaFree(p_);
+    p_ = nullptr;
+    CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+    n_ = n;
+    return true;
+  }
+  void resize(size_t n) { reserve(n); }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+template <typename T>
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() { cudaFreeHost(p_); }
+  void reserve(size_t n) {
+    if (n <= n_) return;
+    cudaFreeHost(p_);
+    p_ = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p_, std::max<size_t>(n, 1) * sizeof(T), cudaHostAllocDefault));
+    n_ = n;
+  }
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A projection on the device: w [n, k] in float32, float16 or bfloat16, bias [n] in float32.
+struct DevMatrix {
+  const void* w = nullptr;
+  const float* bias = nullptr;
+  int n = 0, k = 0;
+  CudaWeightType type = CudaWeightType::kF32;
+  bool empty() const { return n == 0; }
+};
+
+// Owns every weight uploaded to the device.
+class DeviceWeights {
+ public:
+  explicit DeviceWeights(CudaWeightType type) : type_(type) {}
+  CudaWeightType type() const { return type_; }
+  // Float32 vector (norms, mixes, pos biases, ...), kept in float32 whatever the mode.
+  const float* f32(const float* host, size_t n);
+  const float* f32(const std::vector<float>& host) { return f32(host.data(), host.size()); }
+  // A projection: w [n, k] row-major (bias may be null), stored in the backend's weight type.
+  DevMatrix matrix(const float* w, const float* bias, int n, int k);
+  // "prefix + name" projections of one input stacked into one [Σ n, k] matrix (q, k, v → qkv).
+  DevMatrix fused(const WeightSource& ws, const std::string& prefix,
+                  const std::vector<std::string>& names, int n, int k, bool bias);
+  DevMatrix linear(const WeightSource& ws, const std::string& name, int n, int k, bool bias) {
+    return fused(ws, "", {name}, n, k, bias);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  CudaWeightType type_;
+  std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
+  size_t bytes_ = 0;
+  void* upload(const void* host, size_t bytes);
+};
+
+}  // namespace mixserve::cuda

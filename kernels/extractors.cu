@@ -1,0 +1,107 @@
+// The Extractors on the GPU (SHE, HE, WE, ME): ext_t = Σ_λ s_{t−λ} ⊗ e_λ over the ring of the
+// last W inputs, where s_{t−λ} comes from this batch's rows when it is in the batch, else from the
+// ring. SHE's E_λ are full matrices, so its extraction is one fixed-order GEMM over the lags
+// (gemm_lags); HE/WE/ME use one thread per (row, channel). The ring is written after every row
+// of the step has read it.
+#include "kernels/cuda_part.cuh"
+
+namespace mixserve::cuda {
+
+namespace {
+
+// HE/WE: ext[c] = Σ_λ s[c]·e_λ[c];  ME (scalar e_λ): x[c] += Σ_λ s[c]·e_λ (no adjustment).
+__global__ void fir_kernel(DevBatch b, DevPages pages, const float* src, int d, int window,
+                           const float* ext, bool scalar, float* out, bool add) {
+  const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  const int pos = b.row_pos[r], s = b.row_seq[r], first = b.row_start[s];
+  float acc = 0.0f;
+  for (int lag = 0; lag < window && lag <= pos; ++lag) {
+    const float v = r - lag >= first ? src[static_cast<int64_t>(r - lag) * d + c]
+                                     : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
+    acc += v * (scalar ? ext[lag] : ext[static_cast<int64_t>(lag) * d + c]);
+  }
+  float* o = out + static_cast<int64_t>(r) * d + c;
+  if (add) *o += acc;
+  else *o = acc;
+}
+
+// Each sequence's newest (up to W) inputs into their ring slots (position mod W).
+__global__ void push_ring_kernel(DevBatch b, DevPages pages, const float* src, int d, int window) {
+  const int r = blockIdx.x, s = b.row_seq[r];
+  if (r < b.row_start[s + 1] - window) return;  // overwritten later in this same step
+  const int pos = b.row_pos[r];
+  for (int c = threadIdx.x; c < d; c += blockDim.x)
+    *pages.at(s, static_cast<int64_t>(pos % window) * d + c) = src[static_cast<int64_t>(r) * d + c];
+}
+
+class CudaExtractor : public CudaPart {
+ public:
+  CudaExtractor(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
+                const WeightSource& w, const std::string& p)
+      : kind_(layer.kind), d_(static_cast<int>(cfg.d_model)), window_(static_cast<int>(layer.window)) {
+    const float* ext = w.get(p + "ext");
+    const int64_t d = d_, W = window_;
+    if (kind_ == MixerKind::kShe) {  // E as [W·d_in, d_out], transposed to a projection's [out, in]
+      const int64_t K = W * d;
+      std::vector<float> ext_t(K * d);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t o = 0; o < d; ++o) ext_t[o * K + k] = ext[k * d + o];
+      ext_matrix_ = dw.matrix(ext_t.data(), nullptr, d_, static_cast<int>(K));
+    } else {
+      ext_ = dw.f32(ext, kind_ == MixerKind::kMe ? W : W * d);
+    }
+    if (kind_ == MixerKind::kHe) inp_ = dw.linear(w, p + "inp", d_, d_, cfg.bias);
+    if (kind_ != MixerKind::kMe) {
+      adj_ = dw.linear(w, p + "adj", d_, d_, cfg.bias);
+      if (layer.out_proj) out_ = dw.linear(w, p + "out", d_, d_, cfg.bias);
+    }
+  }
+
+  void forward(const PartStep& st) override {
+    const int rows = st.rows, d = d_;
+    float* xn = st.s.xn;
+    layer_norm(st.stream, st.x, rows, d, st.norm, xn);
+    const float* src = xn;
+    if (!inp_.empty()) {  // HE's ring holds u = x·W_inᵀ
+      gemm(st.stream, rows_of(xn, d), inp_, rows, to(st.s.proj, d));
+      src = st.s.proj;
+    }
+    float* ext = st.s.mixed;
+    const dim3 grid(rows, ceil_div(d, 128));
+    if (kind_ == MixerKind::kShe) {
+      gemm_lags(st.stream, LagIn{st.batch, st.pages, src, d, window_}, ext_matrix_, rows, to(ext, d),
+                st.s.partial);
+    } else {
+      const bool me = kind_ == MixerKind::kMe;
+      fir_kernel<<<grid, 128, 0, st.stream>>>(st.batch, st.pages, src, d, window_, ext_, me,
+                                              me ? st.x : ext, me);
+      CUDA_CHECK_LAUNCH();
+    }
+    push_ring_kernel<<<rows, 128, 0, st.stream>>>(st.batch, st.pages, src, d, window_);
+    CUDA_CHECK_LAUNCH();
+    if (kind_ == MixerKind::kMe) return;
+    if (out_.empty()) {
+      gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));
+    } else {
+      gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.s.tmp, d, Epi::kMulAux, Act::kNone, ext, d));
+      gemm(st.stream, rows_of(st.s.tmp, d), out_, rows, to(st.x, d, Epi::kAdd));
+    }
+  }
+
+ private:
+  MixerKind kind_;
+  int d_, window_;
+  const float* ext_ = nullptr;
+  DevMatrix ext_matrix_, inp_, adj_, out_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaPart> make_cuda_extractor(const ModelConfig& cfg, const LayerConfig& layer,
+                                              DeviceWeights& dw, const WeightSource& w,
+                                              const std::string& prefix) {
+  return std::make_unique<CudaExtractor>(cfg, layer, dw, w, prefix);
+}
+
+}  // namespace mixserve::cuda

@@ -1,0 +1,251 @@
+// The fixed-order GEMM (see gemm.cuh). Plain CUDA-core FMAs in float32 whatever the weight type:
+// float16/bfloat16 weights are widened on load (exact), which halves the bytes batch-1 decode
+// streams. Tiles: BM×BN outputs per block, TM×TN per thread (strided, so a warp's shared-memory
+// reads hit distinct banks), BK of K per step, the next step's tile prefetched into registers.
+#include "kernels/gemm.cuh"
+
+namespace mixserve::cuda {
+
+namespace {
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+__device__ __forceinline__ float activate(float v, Act act) {
+  switch (act) {
+    case Act::kRelu: return fmaxf(v, 0.0f);
+    case Act::kGeluTanh: {
+      const float k = 0.7978845608028654f;
+      return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    }
+    case Act::kReluSquare: return v > 0.0f ? v * v : 0.0f;
+    default: return v;
+  }
+}
+
+// Bias, activation and epilogue of one output: the same code for every tile shape, with explicit
+// rounding (no contraction into FMAs that could differ between instantiations).
+__device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int r, int n, float acc) {
+  float v = __fadd_rn(acc, bias ? bias[n] : 0.0f);
+  v = activate(v, o.act);
+  float* y = o.y + r * o.ldy + n;
+  switch (o.epi) {
+    case Epi::kStore: *y = v; break;
+    case Epi::kAdd: *y = __fadd_rn(*y, v); break;
+    case Epi::kMulAux: *y = __fmul_rn(v, o.aux[r * o.ldaux + n]); break;
+    case Epi::kAddMulAux: *y = __fadd_rn(*y, __fmul_rn(v, o.aux[r * o.ldaux + n])); break;
+    case Epi::kAddSigmoidMulAux: *y = __fadd_rn(*y, __fmul_rn(o.aux[r * o.ldaux + n], sigmoidf_(v))); break;
+  }
+}
+
+// Rows of x, layer-normed on load when in.ln_w is set (statistics in double, as the CPU does).
+struct PlainLoader {
+  GemmIn in;
+  int K;
+  float* mean;  // shared, [BM]
+  float* inv;
+
+  __device__ void bind(float* stats, int bm) {
+    mean = stats;
+    inv = stats + bm;
+  }
+  __device__ int prepare(int m0, int bm, int M) {
+    if (!in.ln_w) return K;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int i = warp; i < bm; i += warps) {
+      const int r = m0 + i;
+      if (r >= M) continue;
+      const float* x = row(r);
+      double s = 0;
+      for (int k = lane; k < K; k += 32) s += x[k];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      const double mu = s / K;
+      double v = 0;
+      for (int k = lane; k < K; k += 32) v += (x[k] - mu) * (x[k] - mu);
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) {
+        mean[i] = static_cast<float>(mu);
+        inv[i] = static_cast<float>(1.0 / sqrt(v / K + static_cast<double>(in.ln_eps)));
+      }
+    }
+    __syncthreads();
+    return K;
+  }
+  __device__ const float* row(int r) const { return in.x + (in.rows ? in.rows[r] : r) * in.ldx; }
+  __device__ float load(int i, int r, int k) const {
+    const float v = row(r)[k];
+    if (!in.ln_w) return v;
+    return fmaf((v - mean[i]) * inv[i], in.ln_w[k], in.ln_b ? in.ln_b[k] : 0.0f);
+  }
+};
+
+// SHE's lag matrix (gemm.cuh); K ends, per block, after the longest history among its rows.
+struct LagLoader {
+  LagIn in;
+  int K;
+
+  __device__ void bind(float*, int) {}
+  __device__ int prepare(int m0, int bm, int M) {
+    __shared__ int k_end;
+    if (threadIdx.x == 0) k_end = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < bm; i += blockDim.x)
+      if (m0 + i < M) atomicMax(&k_end, min(in.batch.row_pos[m0 + i] + 1, in.window) * in.d);
+    __syncthreads();
+    return k_end;
+  }
+  __device__ float load(int, int r, int k) const {
+    const int lag = k / in.d, i = k % in.d;
+    const int pos = in.batch.row_pos[r];
+    if (lag > pos) return 0.0f;
+    const int s = in.batch.row_seq[r];
+    if (r - lag >= in.batch.row_start[s]) return in.src[static_cast<int64_t>(r - lag) * in.d + i];
+    return *in.pages.at(s, static_cast<int64_t>((pos - lag) % in.window) * in.d + i);
+  }
+};
+
+template <typename WT, int BM, int BN, int TM, int TN, int BK, typename Loader>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    gemm_kernel(Loader a, const WT* __restrict__ W, const float* __restrict__ bias, int M, int N,
+                int K, int k_chunk, GemmOut out, float* partial) {
+  constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
+  constexpr int A_PER = BM * BK / NT, B_PER = BN * BK / NT;
+  static_assert(BM * BK % NT == 0 && BN * BK % NT == 0, "tile loads must split evenly");
+  __shared__ float As[BK][BM + 1];
+  __shared__ float Bs[BK][BN + 1];
+  __shared__ float stats[2 * BM];
+  a.bind(stats, BM);
+  const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int k_begin = blockIdx.z * k_chunk;
+  const int k_stop = min(min(K, k_begin + k_chunk), a.prepare(m0, BM, M));
+
+  float ra[A_PER], rb[B_PER];
+  auto fetch = [&](int k0) {
+#pragma unroll
+    for (int e = 0; e < A_PER; ++e) {
+      const int idx = tid + e * NT, i = idx / BK, k = k0 + idx % BK;
+      ra[e] = (m0 + i < M && k < k_stop) ? a.load(i, m0 + i, k) : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < B_PER; ++e) {
+      const int idx = tid + e * NT, j = idx / BK, k = k0 + idx % BK;
+      rb[e] = (n0 + j < N && k < k_stop) ? widen(W[static_cast<int64_t>(n0 + j) * K + k]) : 0.0f;
+    }
+  };
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+  if (k_begin < k_stop) fetch(k_begin);
+  for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
+#pragma unroll
+    for (int e = 0; e < A_PER; ++e) {
+      const int idx = tid + e * NT;
+      As[idx % BK][idx / BK] = ra[e];
+    }
+#pragma unroll
+    for (int e = 0; e < B_PER; ++e) {
+      const int idx = tid + e * NT;
+      Bs[idx % BK][idx / BK] = rb[e];
+    }
+    __syncthreads();
+    if (k0 + BK < k_stop) fetch(k0 + BK);
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) av[i] = As[kk][ty + i * TY];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = __fmaf_rn(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int r = m0 + ty + i * TY, n = n0 + tx + j * TX;
+      if (r >= M || n >= N) continue;
+      if (partial) partial[(static_cast<int64_t>(blockIdx.z) * M + r) * N + n] = acc[i][j];
+      else finish(out, bias, r, n, acc[i][j]);
+    }
+}
+
+// Adds each row's chunk sums in order — only the chunks its own history reaches, so the result
+// is the row's alone — then bias, activation, epilogue.
+__global__ void lag_reduce_kernel(const float* partial, const float* bias, LagIn in, int M, int N,
+                                  GemmOut out) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(M) * N) return;
+  const int r = static_cast<int>(idx / N), n = static_cast<int>(idx % N);
+  const int used = min(in.batch.row_pos[r] + 1, in.window) * in.d;
+  const int chunks = (used + kLagChunk - 1) / kLagChunk;
+  float acc = partial[idx];
+  for (int c = 1; c < chunks; ++c) acc += partial[static_cast<int64_t>(c) * M * N + idx];
+  finish(out, bias, r, n, acc);
+}
+
+template <typename WT, int BM, int BN, int TM, int TN, int BK, typename Loader>
+void launch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk, int chunks,
+            const GemmOut& out, float* partial) {
+  const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM), chunks);
+  gemm_kernel<WT, BM, BN, TM, TN, BK, Loader><<<grid, (BM / TM) * (BN / TN), 0, stream>>>(
+      a, static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, k_chunk, out, partial);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Tile shape by batch size: tiny batches (decode) want many blocks with short K loops; large
+// ones want register blocking. The shape never changes a row's arithmetic.
+template <typename WT, typename Loader>
+void dispatch_shape(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk,
+                    int chunks, const GemmOut& out, float* partial) {
+  const int64_t big_blocks = int64_t{ceil_div(M, 64)} * ceil_div(w.n, 64) * chunks;
+  if (M <= 8) launch<WT, 8, 16, 1, 1, 64>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else if (big_blocks < 264) launch<WT, 32, 32, 2, 2, 32>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else launch<WT, 64, 64, 4, 4, 16>(stream, a, w, M, k_chunk, chunks, out, partial);
+}
+
+template <typename Loader>
+void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk, int chunks,
+              const GemmOut& out, float* partial) {
+  switch (w.type) {
+    case CudaWeightType::kF32: dispatch_shape<float>(stream, a, w, M, k_chunk, chunks, out, partial); break;
+    case CudaWeightType::kF16: dispatch_shape<__half>(stream, a, w, M, k_chunk, chunks, out, partial); break;
+    case CudaWeightType::kBF16:
+      dispatch_shape<__nv_bfloat16>(stream, a, w, M, k_chunk, chunks, out, partial);
+      break;
+    case CudaWeightType::kAuto: throw std::logic_error("unresolved weight type");
+  }
+}
+
+}  // namespace
+
+void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
+  if (M <= 0) return;
+  PlainLoader a{in, w.k, nullptr, nullptr};
+  dispatch(stream, a, w, M, w.k, 1, out, nullptr);
+}
+
+int lag_chunks(int K) { return ceil_div(K, kLagChunk); }
+
+void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, const GemmOut& out,
+               float* partial) {
+  if (M <= 0) return;
+  LagLoader a{in, w.k};
+  dispatch(stream, a, w, M, kLagChunk, lag_chunks(w.k), out, partial);
+  const int64_t n = static_cast<int64_t>(M) * w.n;
+  lag_reduce_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(partial, w.bias, in, M, w.n, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mixserve::cuda

@@ -1,0 +1,58 @@
+// y = x·Wᵀ + b on the device, with every output summed in one fixed order: acc = fma(x[k], W[n, k],
+// acc) for k = 0…K−1, then + b, then the activation and the epilogue. The tile shape is picked by
+// the batch size, but no tile shape changes that order, so a row's result never depends on the
+// batch (DESIGN §11: cuBLAS switches kernels and split-K with the shape, which breaks this) and a
+// prompt's prefill gives the bits decode would. The one exception is deliberate and also fixed:
+// SHE's long K (W·d) is cut into chunks of kLagChunk by k alone, and the chunk sums added in order.
+#pragma once
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/device_memory.cuh"
+
+namespace mixserve::cuda {
+
+enum class Act : int { kNone, kRelu, kGeluTanh, kReluSquare };
+enum class Epi : int {
+  kStore,             // y = v
+  kAdd,               // y += v (the residual stream)
+  kMulAux,            // y = v · aux
+  kAddMulAux,         // y += v · aux
+  kAddSigmoidMulAux,  // y += aux · σ(v) (RWKV's receptance gate)
+};
+
+// The A operand: rows of x (optionally gathered through `rows`), optionally layer-normed on load.
+struct GemmIn {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const int32_t* rows = nullptr;  // A row r is x row rows[r]
+  const float* ln_w = nullptr;    // layer norm of each row (over K) when set
+  const float* ln_b = nullptr;
+  float ln_eps = 0;
+};
+
+struct GemmOut {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  const float* aux = nullptr;
+  int64_t ldaux = 0;
+  Act act = Act::kNone;
+  Epi epi = Epi::kStore;
+};
+
+void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out);
+
+// SHE's extraction as one GEMM with K = W·d: A[r, λ·d + i] = s_{p−λ}[i], the row's input λ
+// positions back (from this batch's rows or from the ring in the state; zero before position 0).
+struct LagIn {
+  DevBatch batch;
+  DevPages pages;     // the ring: slot (position mod W) at floats slot·d
+  const float* src;   // this step's inputs [rows, d]
+  int d, window;
+};
+constexpr int kLagChunk = 1024;  // K per partial sum
+int lag_chunks(int K);
+// partial: lag_chunks(K) · M · n floats of scratch.
+void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, const GemmOut& out,
+               float* partial);
+
+}  // namespace mixserve::cuda

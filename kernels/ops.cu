@@ -1,0 +1,167 @@
+// Embeddings, layer norm, page operations, and the weight upload.
+#include "kernels/ops.cuh"
+
+#include <cstring>
+
+namespace mixserve::cuda {
+
+namespace {
+
+// Layer norm of one row held by the block (v[i] for i = threadIdx.x, +blockDim.x, ...), in
+// place; statistics in double as the CPU computes them.
+__device__ void normalize_row(float* row, int d, const Norm& n) {
+  __shared__ double red[32];
+  double s = 0;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) s += row[i];
+  const double mu = block_sum(s, red) / d;
+  double v = 0;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) v += (row[i] - mu) * (row[i] - mu);
+  const double var = block_sum(v, red) / d;
+  const float m = static_cast<float>(mu);
+  const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(n.eps)));
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = (row[i] - m) * inv;
+    row[i] = n.w ? fmaf(x, n.w[i], n.b ? n.b[i] : 0.0f) : x;
+  }
+}
+
+__global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
+  const int r = blockIdx.x;
+  const int tok = b.tokens[r], pos = b.row_pos[r];
+  float* xr = x + static_cast<int64_t>(r) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x)
+    xr[i] = fmaf(p.scale, p.table[static_cast<int64_t>(tok) * d + i],
+                 p.pos ? p.pos[static_cast<int64_t>(pos) * d + i] : 0.0f);
+  if (p.norm.w) {
+    __syncthreads();
+    normalize_row(xr, d, p.norm);
+  }
+}
+
+__global__ void layer_norm_kernel(const float* x, int d, Norm n, float* y) {
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) y[off + i] = x[off + i];
+  __syncthreads();
+  normalize_row(y + off, d, n);
+}
+
+__global__ void init_pages_kernel(float* pool, const int32_t* pages, int n, int pf, InitRuns runs) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(n) * pf) return;
+  float v = 0.0f;
+  for (int i = 0; i < runs.n; ++i)
+    if (idx >= runs.begin[i] && idx < runs.end[i]) v = runs.value[i];
+  pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf] = v;
+}
+
+__global__ void gather_pages_kernel(const float* pool, const int32_t* pages, int n, int pf, float* out) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx < static_cast<int64_t>(n) * pf) out[idx] = pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf];
+}
+
+__global__ void scatter_pages_kernel(float* pool, const int32_t* pages, int n, int pf, const float* in) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx < static_cast<int64_t>(n) * pf) pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf] = in[idx];
+}
+
+__global__ void copy_pages_kernel(float* pool, const int32_t* from, const int32_t* to, int n, int pf) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(n) * pf) return;
+  const int64_t p = idx / pf, i = idx % pf;
+  pool[static_cast<int64_t>(to[p]) * pf + i] = pool[static_cast<int64_t>(from[p]) * pf + i];
+}
+
+int blocks_for(int n, int pf) { return ceil_div(static_cast<int64_t>(n) * pf, 256); }
+
+}  // namespace
+
+void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p, float* x) {
+  if (rows == 0) return;
+  embed_kernel<<<rows, 128, 0, stream>>>(b, d, p, x);
+  CUDA_CHECK_LAUNCH();
+}
+
+void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y) {
+  if (rows == 0) return;
+  layer_norm_kernel<<<rows, 128, 0, stream>>>(x, d, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void init_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf, const InitRuns& runs) {
+  if (n == 0) return;
+  init_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, runs);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gather_pages(cudaStream_t stream, const float* pool, const int32_t* pages, int n, int pf, float* out) {
+  if (n == 0) return;
+  gather_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scatter_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf, const float* in) {
+  if (n == 0) return;
+  scatter_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, in);
+  CUDA_CHECK_LAUNCH();
+}
+
+void copy_pages(cudaStream_t stream, float* pool, const int32_t* from, const int32_t* to, int n, int pf) {
+  if (n == 0) return;
+  copy_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, from, to, n, pf);
+  CUDA_CHECK_LAUNCH();
+}
+
+// --- weights -------------------------------------------------------------------------------
+
+void* DeviceWeights::upload(const void* host, size_t bytes) {
+  buffers_.push_back(std::make_unique<DeviceBuffer<char>>(bytes));
+  CUDA_CHECK(cudaMemcpy(buffers_.back()->get(), host, bytes, cudaMemcpyHostToDevice));
+  bytes_ += bytes;
+  return buffers_.back()->get();
+}
+
+const float* DeviceWeights::f32(const float* host, size_t n) {
+  return static_cast<const float*>(upload(host, n * sizeof(float)));
+}
+
+DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k) {
+  DevMatrix m;
+  m.n = n;
+  m.k = k;
+  m.type = type_;
+  const size_t count = static_cast<size_t>(n) * k;
+  if (m.type == CudaWeightType::kAuto) {
+    bool exact = true;
+    for (size_t i = 0; i < count && exact; ++i) exact = __half2float(__float2half_rn(w[i])) == w[i];
+    m.type = exact ? CudaWeightType::kF16 : CudaWeightType::kF32;
+  }
+  if (m.type == CudaWeightType::kF32) {
+    m.w = upload(w, count * sizeof(float));
+  } else if (m.type == CudaWeightType::kF16) {
+    std::vector<__half> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = __float2half_rn(w[i]);
+    m.w = upload(h.data(), count * sizeof(__half));
+  } else {
+    std::vector<__nv_bfloat16> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = __float2bfloat16_rn(w[i]);
+    m.w = upload(h.data(), count * sizeof(__nv_bfloat16));
+  }
+  if (bias) m.bias = f32(bias, n);
+  return m;
+}
+
+DevMatrix DeviceWeights::fused(const WeightSource& ws, const std::string& prefix,
+                               const std::vector<std::string>& names, int n, int k, bool bias) {
+  std::vector<float> w, b;
+  for (const std::string& name : names) {
+    const float* part = ws.get(prefix + name + ".weight");
+    w.insert(w.end(), part, part + static_cast<size_t>(n) * k);
+    if (bias) {
+      const float* pb = ws.get(prefix + name + ".bias");
+      b.insert(b.end(), pb, pb + n);
+    }
+  }
+  return matrix(w.data(), bias ? b.data() : nullptr, n * static_cast<int>(names.size()), k);
+}
+
+}  // namespace mixserve::cuda

@@ -1,0 +1,298 @@
+// The CUDA backend against the golden fixtures and the CPU backend: logits within 1e-4 in float32
+// (2e-2 relative with float16/bfloat16 weights), states equal to the CPU backend's layout and
+// values, decode == prefill, batch invariance bit for bit at 1, 7 and 64 sequences at mixed
+// positions (graph-replayed decode steps and eager mixed batches), the page operations, mixer
+// timing, and the engine on the GPU giving a seeded request the same tokens alone or in a crowd.
+// Skips without a CUDA device (CI builds it but has no GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <random>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "kernels/cuda_backend.h"
+#include "tests/support/golden.h"
+
+namespace mixserve::testing {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                     \
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
+
+std::unique_ptr<CudaBackend> gpu_backend(const Fixture& fx, CudaWeightType w = CudaWeightType::kF32,
+                                         bool graphs = true, bool timing = false) {
+  CudaBackendOptions o;
+  o.pool_bytes = 32 << 20;
+  o.weights = w;
+  o.graphs = graphs;
+  o.time_mixers = timing;
+  return std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
+}
+
+std::unique_ptr<CpuBackend> cpu_backend(const Fixture& fx) {
+  CpuBackendOptions o;
+  o.pool_bytes = 32 << 20;
+  o.threads = 2;
+  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, o);
+}
+
+// max |a − b| / max |ref| over one row of logits.
+double rel_diff(const float* a, const float* b, const float* ref, size_t n) {
+  double scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
+  return max_abs_diff(a, b, n) / scale;
+}
+
+double state_scale(const std::vector<float>& v) {
+  double s = 1;
+  for (float x : v) s = std::max(s, static_cast<double>(std::fabs(x)));
+  return s;
+}
+
+class GoldenCuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    fx_ = load_fixture(GetParam());
+  }
+  Fixture fx_;
+};
+
+// Prefill then decode on the GPU in float32: logits against the reference and the CPU backend,
+// states against the reference and the CPU backend's (same layout, same values within tolerance).
+TEST_P(GoldenCuda, Float32MatchesReferenceAndCpu) {
+  auto gpu = gpu_backend(fx_);
+  auto cpu = cpu_backend(fx_);
+  Runner g(*gpu), c(*cpu);
+  const int64_t V = fx_.cfg.vocab_size;
+  const int P = fx_.prompt_len;
+  const double tol = fx_.tolerance;
+  SequenceState gs, cs;
+  std::vector<int32_t> prompt(fx_.tokens.begin(), fx_.tokens.begin() + P);
+  auto gl = g.forward({&gs}, {prompt}, {0}, true);
+  auto cl = c.forward({&cs}, {prompt}, {0}, true);
+  const auto& want = fx_.expected.at("prefill_logits");
+  ASSERT_EQ(gl.size(), static_cast<size_t>(P * V));
+  for (int t = 0; t < P; ++t) {
+    EXPECT_LE(max_abs_diff(&gl[t * V], &want[t * V], V), tol) << "prefill position " << t;
+    EXPECT_LE(max_abs_diff(&gl[t * V], &cl[t * V], V), tol) << "vs CPU, prefill position " << t;
+  }
+  auto check_state = [&](const std::string& prefix, int64_t tokens) {
+    auto gst = g.read_state(gs, tokens), cst = c.read_state(cs, tokens);
+    ASSERT_EQ(gst.size(), cst.size());
+    for (const auto& [name, got] : gst) {
+      const auto& ref = fx_.expected.at(prefix + "." + name);
+      ASSERT_EQ(got.size(), ref.size()) << name;
+      EXPECT_LE(max_abs_diff(got.data(), ref.data(), got.size()), tol * state_scale(ref))
+          << fx_.name << " state " << prefix << "." << name;
+      EXPECT_LE(max_abs_diff(got.data(), cst.at(name).data(), got.size()), tol * state_scale(ref))
+          << fx_.name << " state vs CPU " << name;
+    }
+  };
+  check_state("prefill_state", P);
+  const auto& want_decode = fx_.expected.at("decode_logits");
+  for (int i = 0; i < fx_.n_decode; ++i) {
+    auto step = g.forward({&gs}, {{fx_.tokens[P + i]}}, {P + i}, false);
+    auto cstep = c.forward({&cs}, {{fx_.tokens[P + i]}}, {P + i}, false);
+    EXPECT_LE(max_abs_diff(step.data(), &want_decode[i * V], V), tol) << "decode step " << i;
+    EXPECT_LE(max_abs_diff(step.data(), cstep.data(), V), tol) << "vs CPU, decode step " << i;
+  }
+  check_state("state", P + fx_.n_decode);
+  g.alloc.release(gs);
+  EXPECT_EQ(g.pool.used(), 0);
+}
+
+// float16 and bfloat16 weights (float32 math): within 2e-2 of the reference, relative to the
+// largest logit.
+TEST_P(GoldenCuda, HalfWeightsWithinTwoPercent) {
+  for (CudaWeightType wt : {CudaWeightType::kF16, CudaWeightType::kBF16}) {
+    auto gpu = gpu_backend(fx_, wt);
+    Runner g(*gpu);
+    const int64_t V = fx_.cfg.vocab_size;
+    const int P = fx_.prompt_len;
+    SequenceState s;
+    std::vector<int32_t> prompt(fx_.tokens.begin(), fx_.tokens.begin() + P);
+    auto logits = g.forward({&s}, {prompt}, {0}, true);
+    const auto& want = fx_.expected.at("prefill_logits");
+    for (int t = 0; t < P; ++t)
+      EXPECT_LE(rel_diff(&logits[t * V], &want[t * V], &want[t * V], V), 2e-2)
+          << (wt == CudaWeightType::kF16 ? "f16" : "bf16") << " prefill position " << t;
+    const auto& want_decode = fx_.expected.at("decode_logits");
+    for (int i = 0; i < fx_.n_decode; ++i) {
+      auto step = g.forward({&s}, {{fx_.tokens[P + i]}}, {P + i}, false);
+      EXPECT_LE(rel_diff(step.data(), &want_decode[i * V], &want_decode[i * V], V), 2e-2)
+          << (wt == CudaWeightType::kF16 ? "f16" : "bf16") << " decode step " << i;
+    }
+  }
+}
+
+// Token-by-token decode (graph replays), one prefill, and uneven chunks give the same bits and
+// leave the same state: every path runs the same per-row arithmetic.
+TEST_P(GoldenCuda, DecodeEqualsPrefillBitwise) {
+  auto gpu = gpu_backend(fx_);
+  Runner run(*gpu);
+  const int64_t V = fx_.cfg.vocab_size;
+  const int T = static_cast<int>(fx_.tokens.size());
+  SequenceState whole, stepwise, chunked;
+  auto all = run.forward({&whole}, {fx_.tokens}, {0}, true);
+  for (int t = 0; t < T; ++t) {
+    auto one = run.forward({&stepwise}, {{fx_.tokens[t]}}, {t}, false);
+    ASSERT_EQ(0, std::memcmp(one.data(), &all[t * V], V * sizeof(float)))
+        << "position " << t << ", max diff " << max_abs_diff(one.data(), &all[t * V], V);
+  }
+  int pos = 0;
+  for (int len : {7, 1, 5, 11, 6}) {
+    std::vector<int32_t> part(fx_.tokens.begin() + pos, fx_.tokens.begin() + pos + len);
+    auto got = run.forward({&chunked}, {part}, {pos}, true);
+    ASSERT_EQ(0, std::memcmp(got.data(), &all[pos * V], len * V * sizeof(float))) << "chunk at " << pos;
+    pos += len;
+  }
+  ASSERT_EQ(pos, T);
+  auto a = run.read_state(whole, T), b = run.read_state(stepwise, T), c = run.read_state(chunked, T);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  EXPECT_GE(gpu->graphs_captured(), 1);
+}
+
+// A sequence's logits are the same bits alone or among 7 or 63 others at other positions, both
+// for pure decode batches (graph replays, padded to a power of two) and for mixed batches where
+// some sequences bring several rows (eager path).
+TEST_P(GoldenCuda, BatchInvarianceBitwise) {
+  auto gpu = gpu_backend(fx_);
+  Runner run(*gpu);
+  std::mt19937 rng(42);
+  const int64_t V = fx_.cfg.vocab_size;
+  auto rand_tok = [&] { return std::uniform_int_distribution<int>(0, static_cast<int>(V) - 1)(rng); };
+  for (bool mixed : {false, true})
+    for (int batch : {1, 7, 64}) {
+      std::vector<SequenceState> seqs(batch);
+      std::vector<std::vector<int32_t>> history(batch), step(batch);
+      for (int s = 0; s < batch; ++s) {
+        const int len = std::uniform_int_distribution<int>(0, 40)(rng);
+        for (int i = 0; i < len; ++i) history[s].push_back(rand_tok());
+        const int n = mixed && s % 3 == 0 ? std::uniform_int_distribution<int>(2, 9)(rng) : 1;
+        for (int i = 0; i < n; ++i) step[s].push_back(rand_tok());
+        if (!history[s].empty()) run.forward({&seqs[s]}, {history[s]}, {0}, false);
+      }
+      std::vector<SequenceState*> ptrs;
+      std::vector<int> pos;
+      for (int s = 0; s < batch; ++s) {
+        ptrs.push_back(&seqs[s]);
+        pos.push_back(static_cast<int>(history[s].size()));
+      }
+      auto together = run.forward(ptrs, step, pos, false);
+      for (int s = 0; s < batch; ++s) {
+        SequenceState alone;
+        std::vector<int32_t> all = history[s];
+        all.insert(all.end(), step[s].begin(), step[s].end());
+        auto solo = run.forward({&alone}, {all}, {0}, false);
+        ASSERT_EQ(0, std::memcmp(solo.data(), &together[s * V], V * sizeof(float)))
+            << GetParam() << (mixed ? " mixed" : " decode") << ": sequence " << s << " of " << batch
+            << ", max diff " << max_abs_diff(solo.data(), &together[s * V], V);
+        run.alloc.release(alone);
+      }
+      for (auto& s : seqs) run.alloc.release(s);
+      EXPECT_EQ(run.pool.used(), 0);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenCuda, ::testing::ValuesIn(golden_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(CudaBackend, PagesRoundTripAndCopy) {
+  SKIP_WITHOUT_GPU();
+  Fixture fx = load_fixture("hybrid_a");
+  auto gpu = gpu_backend(fx);
+  const int pf = gpu->page_floats();
+  std::vector<int32_t> a = {5, 3, 900, 17, 40}, b = {7, 8, 1, 2, 41};
+  std::vector<float> host(a.size() * pf), back(a.size() * pf), copied(a.size() * pf);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  gpu->write_pages(a, host.data());
+  gpu->read_pages(a, back.data());
+  EXPECT_EQ(host, back);
+  gpu->copy_pages(a, b);
+  gpu->read_pages(b, copied.data());
+  EXPECT_EQ(host, copied);
+  // init_state: zeros, and the running-max sentinel where the layout says so (RWKV's pp).
+  gpu->init_state(2, a);
+  gpu->read_pages(a, back.data());
+  const StateLayout& layout = gpu->state_layouts()[2];
+  for (const StateTensor& t : layout.tensors) {
+    if (t.per_token) continue;
+    int64_t n = 1;
+    for (int64_t e : t.shape) n *= e;
+    for (int64_t i = 0; i < n && t.offset + i < static_cast<int64_t>(back.size()); ++i)
+      ASSERT_EQ(back[t.offset + i], t.init) << t.name;
+  }
+}
+
+TEST(CudaBackend, MixerTimingWithEvents) {
+  SKIP_WITHOUT_GPU();
+  Fixture fx = load_fixture("hybrid_b");
+  auto gpu = gpu_backend(fx, CudaWeightType::kF32, true, /*timing=*/true);
+  Runner run(*gpu);
+  SequenceState s;
+  run.forward({&s}, {fx.tokens}, {0}, false);
+  ASSERT_EQ(gpu->mixer_seconds().size(), static_cast<size_t>(fx.cfg.n_layers));
+  for (double t : gpu->mixer_seconds()) EXPECT_GT(t, 0.0);
+}
+
+// Through the whole engine on the GPU: 64 seeded requests submitted together (prompts cut into
+// chunks next to decode rows) give the tokens each gives alone.
+std::vector<std::vector<int32_t>> run_engine(const Fixture& fx, const std::vector<GenerateParams>& reqs,
+                                             EngineOptions opts = {}) {
+  LoadedModel model;
+  model.id = fx.name;
+  model.config = fx.cfg;
+  Engine engine(model, gpu_backend(fx), opts);
+  std::vector<std::vector<int32_t>> out(reqs.size());
+  std::vector<std::promise<void>> done(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto r = engine.submit(reqs[i], [&, i](TokenOutput&& o) {
+      if (o.token >= 0) out[i].push_back(o.token);
+      if (o.finish != FinishReason::kNone) done[i].set_value();
+    });
+    EXPECT_EQ(r.status, SubmitStatus::kOk) << r.message;
+  }
+  while (engine.step()) {
+  }
+  for (auto& d : done) d.get_future().get();
+  EXPECT_EQ(engine.verify(), "");
+  engine.clear_cache();
+  EXPECT_EQ(engine.stats().pages_used, 0);
+  return out;
+}
+
+TEST(CudaEngine, SeededRequestsGiveTheSameTokensAloneOrTogether) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string name : {"hybrid_a", "hybrid_b", "attention", "rwkv"}) {
+    Fixture fx = load_fixture(name);
+    std::mt19937 rng(7);
+    std::vector<GenerateParams> reqs(64);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const int len = std::uniform_int_distribution<int>(1, 30)(rng);
+      for (int t = 0; t < len; ++t)
+        reqs[i].prompt.push_back(std::uniform_int_distribution<int>(0, fx.cfg.vocab_size - 1)(rng));
+      reqs[i].max_tokens = 10;
+      reqs[i].ignore_eos = true;
+      reqs[i].seed = 1000 + i;
+      reqs[i].sampling.temperature = 1.0f;
+      reqs[i].sampling.top_p = 0.95f;
+    }
+    EngineOptions small_chunks;
+    small_chunks.prefill_chunk = 8;
+    small_chunks.step_token_budget = 40;
+    auto together = run_engine(fx, reqs, small_chunks);
+    for (size_t i = 0; i < reqs.size(); i += 9) {
+      auto alone = run_engine(fx, {reqs[i]});
+      EXPECT_EQ(alone[0], together[i]) << name << " request " << i;
+      EXPECT_EQ(alone[0].size(), 10u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixserve::testing
