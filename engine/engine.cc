@@ -16,7 +16,7 @@ struct Engine::Live {
   int32_t fed = 0, total = 0;  // tokens the state covers; tokens.size()
   int32_t end = 0;             // end of the chunk this step feeds
   int32_t priority = 0;
-  bool done = false, cancelled = false, has_deadline = false;
+  bool done = false, cancelled = false, has_deadline = false, has_cached_logits = false;
   Clock::time_point deadline;
   SequenceState state;
   // The rest.
@@ -175,13 +175,15 @@ void Engine::drain_inbox() {
   }
 }
 
-void Engine::expire(Clock::time_point now) {
-  auto check = [&](Live& r) {
-    if (r.cancelled) finish(r, FinishReason::kCancelled);
-    else if (r.has_deadline && now >= r.deadline) finish(r, FinishReason::kDeadline);
-  };
-  for (auto& r : running_) check(*r);
-  for (auto& r : waiting_) check(*r);
+// Ends a request that was cancelled or is past its deadline; true when it did.
+bool Engine::expired(Live& r, Clock::time_point now) {
+  if (r.cancelled) finish(r, FinishReason::kCancelled);
+  else if (r.has_deadline && now >= r.deadline) finish(r, FinishReason::kDeadline);
+  return r.done;
+}
+
+void Engine::expire(Clock::time_point now) {  // the waiting requests and the cache
+  for (auto& r : waiting_) expired(*r, now);
   remove_finished();
   if (now >= next_expiry_) {  // sessions past their TTL, about every second
     cache_.expire(now);
@@ -209,14 +211,13 @@ bool Engine::start_from_cache(Live& r) {
   if (!cache_.restore(e, r.state, n == total ? n : chunk_end(n, total, opts_.prefill_chunk), take)) return false;
   r.fed = r.cached = n;
   r.cached_logits = std::move(logits);
+  r.has_cached_logits = !r.cached_logits.empty();
   return true;
 }
 
-void Engine::admit() {
-  // Admit only what this step's token budget can start, so pages are taken when they are used.
-  int32_t budget = opts_.step_token_budget;
-  for (const auto& r : running_)
-    budget -= chunk_end(r->fed, r->total, opts_.prefill_chunk) - r->fed;
+// Admits waiting requests while the step's token budget (what the running ones do not use) can
+// start them, so pages are taken when they are used.
+void Engine::admit(int32_t budget) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
     Live& r = *waiting_.front();
     const int32_t total = static_cast<int32_t>(r.tokens.size());
@@ -290,6 +291,7 @@ void Engine::preempt(Live& v) {
   } else {
     v.fed = 0;
     v.cached_logits.clear();
+    v.has_cached_logits = false;
   }
   alloc_.release(v.state);
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
@@ -371,53 +373,71 @@ bool Engine::step() {
   const auto t0 = Clock::now();
   StepReport report;
   drain_inbox();
-  expire(Clock::now());
-  admit();
-  const int64_t V = model_.config.vocab_size;
-  // Whole-prompt cache hits sample straight from the stored logits.
-  bool worked = false;
-  for (auto& r : running_)
-    if (!r->done && !r->cached_logits.empty()) {
-      std::vector<float> logits = std::move(r->cached_logits);
-      r->cached_logits.clear();
-      const auto ts = Clock::now();
-      SampledToken token =
-          sample_token(logits.data(), static_cast<int>(V), r->p.sampling, r->history, r->generated, r->p.return_logprob);
-      report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
-      emit_token(*r, std::move(token));
-      worked = true;
-    }
-  // The batch: every running request feeds its next chunk (decoders: their last token) —
-  // decoders first, then prefill chunks while the token budget lasts.
+  // One pass over the running requests: end the cancelled and expired, plan every other one's
+  // chunk (decoders: their last token) and what the step's token budget has left for admission.
   ForwardBatch& batch = batch_;  // members, so a step allocates nothing in steady state
-  std::vector<Live*>& in_batch = in_batch_;
-  std::vector<Live*>& candidates = candidates_;
+  std::vector<Live*>& decoders = candidates_;
+  std::vector<Live*>& prefills = in_batch_;
   std::vector<Live*>& kept = kept_;
   batch.clear();
-  in_batch.clear();
-  candidates.clear();
+  decoders.clear();
+  prefills.clear();
   kept.clear();
-  for (auto& rp : running_) candidates.push_back(rp.get());  // make_room may preempt (move) some
+  bool worked = false, any_cached = false;
+  int32_t unplanned = opts_.step_token_budget;
+  for (auto& rp : running_) {
+    Live* r = rp.get();
+    if (expired(*r, t0)) continue;
+    any_cached |= r->has_cached_logits;
+    if (r->fed >= r->total) continue;
+    r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
+    unplanned -= r->end - r->fed;
+    (r->total - r->fed == 1 ? decoders : prefills).push_back(r);
+  }
+  expire(t0);
+  const size_t before = running_.size();
+  admit(unplanned);
+  for (size_t i = before; i < running_.size(); ++i) {  // the newly admitted
+    Live* r = running_[i].get();
+    any_cached |= r->has_cached_logits;
+    if (r->done || r->fed >= r->total) continue;
+    r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
+    prefills.push_back(r);
+  }
+  const int64_t V = model_.config.vocab_size;
+  if (any_cached)  // whole-prompt cache hits sample straight from the stored logits
+    for (auto& r : running_)
+      if (!r->done && r->has_cached_logits) {
+        std::vector<float> logits = std::move(r->cached_logits);
+        r->cached_logits.clear();
+        r->has_cached_logits = false;
+        const auto ts = Clock::now();
+        SampledToken token =
+            sample_token(logits.data(), static_cast<int>(V), r->p.sampling, r->history, r->generated, r->p.return_logprob);
+        report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+        emit_token(*r, std::move(token));
+        worked = true;
+      }
+  // The batch: decoders first, then prefill chunks while the token budget lasts.
   int32_t budget = opts_.step_token_budget;
-  for (int pass = 0; pass < 2; ++pass)
-    for (Live* r : candidates) {
-      if (r->done || (r->total - r->fed == 1) != (pass == 0) || r->fed >= r->total || !r->state.allocated()) continue;
-      r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
+  for (std::vector<Live*>* group : {&decoders, &prefills})
+    for (Live* r : *group) {
+      if (r->done || !r->state.allocated() || r->fed >= r->total) continue;  // preempted meanwhile
       if (r->end - r->fed > budget) continue;
       if (!make_room(*r, r->end)) {
         finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
         continue;
       }
       budget -= r->end - r->fed;
-      in_batch.push_back(r);
+      kept.push_back(r);
     }
   // make_room may have preempted requests placed earlier in this batch
-  for (Live* r : in_batch)
-    if (!r->done && r->state.allocated()) {
-      kept.push_back(r);
-      batch.add_sequence(r->tokens.data() + r->fed, r->end - r->fed, r->fed, r->state);
-      (r->end - r->fed == 1 && r->generated > 0 ? report.decode_rows : report.prefill_rows) += r->end - r->fed;
-    }
+  kept.erase(std::remove_if(kept.begin(), kept.end(), [](Live* r) { return r->done || !r->state.allocated(); }),
+             kept.end());
+  for (Live* r : kept) {
+    batch.add_sequence(r->tokens.data() + r->fed, r->end - r->fed, r->fed, r->state);
+    (r->end - r->fed == 1 && r->generated > 0 ? report.decode_rows : report.prefill_rows) += r->end - r->fed;
+  }
   if (!kept.empty()) {
     worked = true;
     const auto tf = Clock::now();

@@ -102,7 +102,8 @@ class Engine {
   struct Live;
   void drain_inbox();
   void expire(Clock::time_point now);
-  void admit();
+  void admit(int32_t budget);
+  bool expired(Live& r, Clock::time_point now);
   bool make_room(Live& r, int64_t tokens);
   bool start_from_cache(Live& r);
   void update_stats(bool detailed);
