@@ -1,6 +1,6 @@
 // Softmax attention on the GPU: RoPE and the K/V append, then one block per row over its prefix
-// (causal attention, so a prompt's rows run in parallel and each sees exactly the K/V a decode
-// step would), then the output projection added to the residual stream.
+// per head (causal attention, so a prompt's rows run in parallel and each sees exactly the K/V a
+// decode step would), then the output projection added to the residual stream.
 #include <cmath>
 
 #include "engine/mixers/common.h"
@@ -32,45 +32,38 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
     *pages.at(s, static_cast<int64_t>(pos) * 2 * d + i) = row[d + i];
 }
 
-// One block per row: scores[head][j] = q_h·k_j,h / √h for j ≤ pos, softmax per head, then
-// out_h = Σ_j weight · v_j,h. Dynamic shared memory: d + heads·(max_seq_len) floats.
-__global__ void attention_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int n, int h,
-                                 float* out) {
+// One block per (row, head): scores[j] = q·k_j / √h for j ≤ pos, softmax, out = Σ_j weight · v_j.
+// Dynamic shared memory: h + max_seq_len floats.
+__global__ void attention_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h, float* out) {
   extern __shared__ float smem[];
-  const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
-  float* q = smem;
-  float* sc = smem + d;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) q[i] = qkv[static_cast<int64_t>(r) * 3 * d + i];
+  __shared__ float red[32];
+  const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
+  float *q = smem, *sc = smem + h;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) q[i] = qkv[static_cast<int64_t>(r) * 3 * d + hd * h + i];
   __syncthreads();
   const float scale = 1.0f / sqrtf(static_cast<float>(h));
-  for (int idx = threadIdx.x; idx < n * T; idx += blockDim.x) {
-    const int hd = idx / T, j = idx % T;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) {
     const float* k = pages.at(s, static_cast<int64_t>(j) * 2 * d + hd * h);  // h floats, one page
     float dot = 0.0f;
-    for (int c = 0; c < h; ++c) dot = __fadd_rn(dot, __fmul_rn(q[hd * h + c], k[c]));
-    sc[idx] = dot * scale;
+    for (int c = 0; c < h; ++c) dot = __fadd_rn(dot, __fmul_rn(q[c], k[c]));
+    sc[j] = dot * scale;
+    mx = fmaxf(mx, sc[j]);
   }
-  __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int hd = warp; hd < n; hd += warps) {
-    float* row = sc + hd * T;
-    float mx = -INFINITY;
-    for (int j = lane; j < T; j += 32) mx = fmaxf(mx, row[j]);
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.0f;
-    for (int j = lane; j < T; j += 32) {
-      row[j] = expf(row[j] - mx);
-      sum += row[j];
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    for (int j = lane; j < T; j += 32) row[j] /= sum;
+  mx = block_max(mx, red);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) {
+    sc[j] = expf(sc[j] - mx);
+    sum += sc[j];
   }
+  sum = block_sum(sum, red);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) sc[j] /= sum;
   __syncthreads();
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    const float* w = sc + (c / h) * T;
+  for (int c = threadIdx.x; c < h; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < T; ++j) acc = fmaf(w[j], *pages.at(s, static_cast<int64_t>(j) * 2 * d + d + c), acc);
-    out[static_cast<int64_t>(r) * d + c] = acc;
+    for (int j = 0; j < T; ++j)
+      acc = fmaf(sc[j], *pages.at(s, static_cast<int64_t>(j) * 2 * d + d + hd * h + c), acc);
+    out[static_cast<int64_t>(r) * d + hd * h + c] = acc;
   }
 }
 
@@ -88,7 +81,7 @@ class CudaAttention : public CudaPart {
       cos_ = dw.f32(rope.cos);
       sin_ = dw.f32(rope.sin);
     }
-    smem_ = static_cast<int>((d_ + n_ * cfg.max_seq_len) * sizeof(float));
+    smem_ = static_cast<int>((h_ + cfg.max_seq_len) * sizeof(float));
     if (smem_ > 48 * 1024)
       CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
   }
@@ -99,7 +92,7 @@ class CudaAttention : public CudaPart {
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     rope_append_kernel<<<rows, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d, h_, cos_, sin_);
     CUDA_CHECK_LAUNCH();
-    attention_kernel<<<rows, 256, smem_, st.stream>>>(st.batch, st.pages, qkv, d, n_, h_, st.s.mixed);
+    attention_kernel<<<dim3(rows, n_), 128, smem_, st.stream>>>(st.batch, st.pages, qkv, d, h_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

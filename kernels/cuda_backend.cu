@@ -118,12 +118,16 @@ struct CudaBackend::Impl {
   std::map<int, cudaGraphExec_t> graphs;  // decode bucket → graph
   std::vector<cudaEvent_t> events;        // 2 per layer when timing mixers
   std::vector<double> mixer_seconds;
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  double device_seconds = 0;
 
   Impl(const ModelConfig& c, const CudaBackendOptions& o) : cfg(c), opts(o), weights(o.weights) {}
 
   ~Impl() {
     drop_graphs();
     for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (step_begin) cudaEventDestroy(step_begin);
+    if (step_end) cudaEventDestroy(step_end);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -333,6 +337,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   m.partial_per_row = partial;
   m.reserve_rows(64);
   m.meta_dev.reserve(1 << 16);
+  CUDA_CHECK(cudaEventCreate(&m.step_begin));
+  CUDA_CHECK(cudaEventCreate(&m.step_end));
   if (opts.time_mixers) {
     m.events.resize(2 * m.n_layers);
     for (cudaEvent_t& e : m.events) CUDA_CHECK(cudaEventCreate(&e));
@@ -348,6 +354,7 @@ int32_t CudaBackend::page_floats() const { return impl_->page_floats; }
 int32_t CudaBackend::total_pages() const { return impl_->total_pages; }
 const std::vector<double>& CudaBackend::mixer_seconds() const { return impl_->mixer_seconds; }
 int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
+double CudaBackend::last_device_seconds() const { return impl_->device_seconds; }
 
 void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   Impl& m = *impl_;
@@ -368,12 +375,17 @@ void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   const int S = use_graph ? bucket(n_seq) : n_seq, R = use_graph ? S : rows;
   const int O = b.all_logits ? R : S;
   m.reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
+  CUDA_CHECK(cudaEventRecord(m.step_begin, m.stream));
   m.fill_meta(b, R, S, O);
   if (use_graph) m.run_graph(S);
   else m.run(R, S, O);
+  CUDA_CHECK(cudaEventRecord(m.step_end, m.stream));
   CUDA_CHECK(cudaMemcpyAsync(m.logits_host.get(), m.logits.get(), sizeof(float) * out_real * V,
                              cudaMemcpyDeviceToHost, m.stream));
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  float step_ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&step_ms, m.step_begin, m.step_end));
+  m.device_seconds = step_ms * 1e-3;
   std::memcpy(logits.data(), m.logits_host.get(), sizeof(float) * out_real * V);
   if (m.opts.time_mixers) {
     m.mixer_seconds.assign(m.n_layers, 0.0);

@@ -51,6 +51,9 @@ class CudaBackend : public Backend {
   const std::vector<double>& mixer_seconds() const override;
 
   int graphs_captured() const;  // decode graphs instantiated so far (tests, benchmarks)
+  // Device time of the last forward pass, from the batch upload to the last logit (CUDA events):
+  // the step without the host's share and without copying the logits out.
+  double last_device_seconds() const;
 
  private:
   struct Impl;

@@ -49,7 +49,7 @@ struct LagIn {
   const float* src;   // this step's inputs [rows, d]
   int d, window;
 };
-constexpr int kLagChunk = 1024;  // K per partial sum
+constexpr int kLagChunk = 256;  // K per partial sum (a multiple of every tile's BK)
 int lag_chunks(int K);
 // partial: lag_chunks(K) · M · n floats of scratch.
 void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, const GemmOut& out,

@@ -37,10 +37,22 @@ __device__ void feature_map(const LinearParams& p, const float* x, float* phi, f
   }
 }
 
-__global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, LinearParams p, float* out) {
+// The head's S [m, h] and z [m] sit in shared memory for the whole call when they fit (loaded once,
+// written back once).
+__global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, LinearParams p,
+                              bool s_in_smem, float* out) {
   extern __shared__ float smem[];
   float *fq = smem, *fk = smem + p.m, *misc = smem + 2 * p.m;  // misc: |q'|², |k'|², den
+  float *S_sm = misc + 3, *z_sm = S_sm + p.m * p.h;
   const int s = blockIdx.x / p.n, hd = blockIdx.x % p.n, c = threadIdx.x;
+  const int64_t s_base = static_cast<int64_t>(hd) * p.m * p.h, z_base = p.z_offset + int64_t{hd} * p.m;
+  if (s_in_smem) {
+    for (int i = threadIdx.x; i < p.m * p.h; i += blockDim.x) S_sm[i] = *pages.at(s, s_base + i);
+    for (int f = threadIdx.x; f < p.m; f += blockDim.x) z_sm[f] = *pages.at(s, z_base + f);
+    __syncthreads();
+  }
+  auto S_at = [&](int f) { return s_in_smem ? S_sm + f * p.h + c : pages.at(s, s_base + int64_t{f} * p.h + c); };
+  auto z_at = [&](int f) { return s_in_smem ? z_sm + f : pages.at(s, z_base + f); };
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
     const float* row = qkv + static_cast<int64_t>(r) * 3 * p.d;
     feature_map(p, row + hd * p.h, fq, misc);
@@ -49,7 +61,7 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
     if (threadIdx.x == 0) {  // z += φ(k); den = φ(q)·z + ε
       float den = 0.0f;
       for (int f = 0; f < p.m; ++f) {
-        float* z = pages.at(s, p.z_offset + hd * p.m + f);
+        float* z = z_at(f);
         *z += fk[f];
         den += fq[f] * *z;
       }
@@ -59,7 +71,7 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
     if (c < p.h) {
       const float v = row[2 * p.d + hd * p.h + c];
       for (int f = 0; f < p.m; ++f) {
-        float* S = pages.at(s, static_cast<int64_t>(hd * p.m + f) * p.h + c);
+        float* S = S_at(f);
         *S += fk[f] * v;
         o += fq[f] * *S;
       }
@@ -67,6 +79,10 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
     __syncthreads();
     if (c < p.h) out[static_cast<int64_t>(r) * p.d + hd * p.h + c] = o / misc[2];
     __syncthreads();  // fq, fk, misc are rewritten by the next token
+  }
+  if (s_in_smem) {
+    for (int i = threadIdx.x; i < p.m * p.h; i += blockDim.x) *pages.at(s, s_base + i) = S_sm[i];
+    for (int f = threadIdx.x; f < p.m; f += blockDim.x) *pages.at(s, z_base + f) = z_sm[f];
   }
 }
 
@@ -85,13 +101,18 @@ class CudaLinear : public CudaPart {
     p_ = {d, n, h, m, z_offset, layer.eps, omega};
     threads_ = ceil_div(std::max(h, m), 32) * 32;
     if (threads_ > 1024) throw std::invalid_argument("CUDA linear attention: head or features above 1024");
+    const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
+    s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;
+    smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
+    if (smem_ > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(linear_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
   }
 
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = p_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
-    linear_kernel<<<st.batch.n_seq * p_.n, threads_, (2 * p_.m + 3) * sizeof(float), st.stream>>>(
-        st.batch, st.pages, st.s.proj, p_, st.s.mixed);
+    linear_kernel<<<st.batch.n_seq * p_.n, threads_, smem_, st.stream>>>(st.batch, st.pages, st.s.proj,
+                                                                         p_, s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -100,6 +121,8 @@ class CudaLinear : public CudaPart {
   DevMatrix qkv_, o_;
   LinearParams p_{};
   int threads_ = 32;
+  bool s_in_smem_ = true;
+  int smem_ = 0;
 };
 
 }  // namespace

@@ -10,14 +10,22 @@ namespace mixserve::cuda {
 
 namespace {
 
+// S of the head sits in shared memory for the whole call when it fits (loaded once, written back
+// once), so a token costs no global round trips through the page table.
 __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, int d, int n, int h,
                               const float* gamma, const float* cos_t, const float* sin_t,
-                              float gn_eps, float* out) {
+                              float gn_eps, bool s_in_smem, float* out) {
   extern __shared__ float smem[];
   __shared__ double red[32];
-  float *q = smem, *k = smem + h;
+  float *q = smem, *k = smem + h, *S_sm = smem + 2 * h;
   const int s = blockIdx.x / n, hd = blockIdx.x % n, c = threadIdx.x, half = h / 2;
   const float g = gamma[hd], ks = 1.0f / sqrtf(static_cast<float>(h));
+  const int64_t base = static_cast<int64_t>(hd) * h * h;
+  if (s_in_smem) {
+    for (int i = threadIdx.x; i < h * h; i += blockDim.x) S_sm[i] = *pages.at(s, base + i);
+    __syncthreads();
+  }
+  auto S_at = [&](int a) { return s_in_smem ? S_sm + a * h + c : pages.at(s, base + int64_t{a} * h + c); };
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
     const int pos = b.pos0[s] + (r - b.row_start[s]);
     const float* row = proj + static_cast<int64_t>(r) * 4 * d;
@@ -35,7 +43,7 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, int
     if (c < h) {
       const float v = row[2 * d + hd * h + c];
       for (int a = 0; a < h; ++a) {
-        float* S = pages.at(s, static_cast<int64_t>(hd * h + a) * h + c);
+        float* S = S_at(a);
         const float sv = g * *S + k[a] * v;
         *S = sv;
         o += q[a] * sv;
@@ -53,6 +61,8 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, int
     }
     __syncthreads();  // q, k are rewritten by the next token
   }
+  if (s_in_smem)
+    for (int i = threadIdx.x; i < h * h; i += blockDim.x) *pages.at(s, base + i) = S_sm[i];
 }
 
 class CudaRetnet : public CudaPart {
@@ -72,14 +82,18 @@ class CudaRetnet : public CudaPart {
     cos_ = dw.f32(rope.cos);
     sin_ = dw.f32(rope.sin);
     if (h_ > 1024) throw std::invalid_argument("CUDA retnet: head size above 1024");
+    s_in_smem_ = (2 + h_) * h_ * sizeof(float) <= 96 * 1024;
+    smem_ = static_cast<int>((2 + (s_in_smem_ ? h_ : 0)) * h_ * sizeof(float));
+    if (smem_ > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(retnet_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
   }
 
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkvg_, rows, to(st.s.proj, 4 * d));
     const int threads = ceil_div(h_, 32) * 32;
-    retnet_kernel<<<st.batch.n_seq * n_, threads, 2 * h_ * sizeof(float), st.stream>>>(
-        st.batch, st.pages, st.s.proj, d, n_, h_, gamma_, cos_, sin_, gn_eps_, st.s.mixed);
+    retnet_kernel<<<st.batch.n_seq * n_, threads, smem_, st.stream>>>(
+        st.batch, st.pages, st.s.proj, d, n_, h_, gamma_, cos_, sin_, gn_eps_, s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -89,6 +103,8 @@ class CudaRetnet : public CudaPart {
   float gn_eps_;
   DevMatrix qkvg_, o_;
   const float *gamma_ = nullptr, *cos_ = nullptr, *sin_ = nullptr;
+  bool s_in_smem_ = true;
+  int smem_ = 0;
 };
 
 }  // namespace
