@@ -210,10 +210,10 @@ template <typename WT, typename Loader>
 void dispatch_shape(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk,
                     int chunks, const GemmOut& out, float* partial) {
   const int64_t big_blocks = int64_t{ceil_div(M, 64)} * ceil_div(w.n, 64) * chunks;
-  // Long BK: a block has only one tile in flight, so each K step costs about one memory latency.
-  if (M <= 8) launch<WT, 8, 16, 1, 1, 128>(stream, a, w, M, k_chunk, chunks, out, partial);
-  else if (big_blocks < 264) launch<WT, 32, 32, 2, 2, 64>(stream, a, w, M, k_chunk, chunks, out, partial);
-  else launch<WT, 64, 64, 4, 4, 32>(stream, a, w, M, k_chunk, chunks, out, partial);
+  // BK measured on the H100 (docs/cuda.md): doubling it made batch-1 decode slower, not faster.
+  if (M <= 8) launch<WT, 8, 16, 1, 1, 64>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else if (big_blocks < 264) launch<WT, 32, 32, 2, 2, 32>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else launch<WT, 64, 64, 4, 4, 16>(stream, a, w, M, k_chunk, chunks, out, partial);
 }
 
 template <typename Loader>

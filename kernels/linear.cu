@@ -1,6 +1,7 @@
 // Linear attention (φ = elu + 1) and Performer (FAVOR+ features) on the GPU: one block per
 // (sequence, head), the tokens in order; thread c owns column c of the head's S [m, h] (state
 // floats (head·m + f)·h + c), z [n, m] starts on the row after S.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
@@ -46,7 +47,8 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
   float *S_sm = misc + 3, *z_sm = S_sm + p.m * p.h;
   const int s = blockIdx.x / p.n, hd = blockIdx.x % p.n, c = threadIdx.x;
   const int64_t s_base = static_cast<int64_t>(hd) * p.m * p.h, z_base = p.z_offset + int64_t{hd} * p.m;
-  if (s_in_smem) {
+  if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once
+#pragma unroll 8
     for (int i = threadIdx.x; i < p.m * p.h; i += blockDim.x) S_sm[i] = *pages.at(s, s_base + i);
     for (int f = threadIdx.x; f < p.m; f += blockDim.x) z_sm[f] = *pages.at(s, z_base + f);
     __syncthreads();
@@ -81,6 +83,7 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
     __syncthreads();  // fq, fk, misc are rewritten by the next token
   }
   if (s_in_smem) {
+#pragma unroll 8
     for (int i = threadIdx.x; i < p.m * p.h; i += blockDim.x) *pages.at(s, s_base + i) = S_sm[i];
     for (int f = threadIdx.x; f < p.m; f += blockDim.x) *pages.at(s, z_base + f) = z_sm[f];
   }
@@ -99,7 +102,7 @@ class CudaLinear : public CudaPart {
     const float* omega = nullptr;
     if (layer.kind == MixerKind::kPerformer) omega = dw.f32(w.get(p + "features"), size_t(m) * h);
     p_ = {d, n, h, m, z_offset, layer.eps, omega};
-    threads_ = ceil_div(std::max(h, m), 32) * 32;
+    threads_ = std::max(128, ceil_div(std::max(h, m), 32) * 32);  // extras help load and store S
     if (threads_ > 1024) throw std::invalid_argument("CUDA linear attention: head or features above 1024");
     const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
     s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;

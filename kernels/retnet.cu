@@ -1,6 +1,7 @@
 // RetNet's recurrent retention on the GPU: one block per (sequence, head), thread c owning column
 // c of the head's S (h × h, state floats (head·h + a)·h + c), the sequence's tokens in order:
 // S ← γS + kᵀv, o = qS, group norm over the head, gated by swish(g).
+#include <algorithm>
 #include <cmath>
 
 #include "engine/mixers/common.h"
@@ -21,7 +22,8 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, int
   const int s = blockIdx.x / n, hd = blockIdx.x % n, c = threadIdx.x, half = h / 2;
   const float g = gamma[hd], ks = 1.0f / sqrtf(static_cast<float>(h));
   const int64_t base = static_cast<int64_t>(hd) * h * h;
-  if (s_in_smem) {
+  if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once
+#pragma unroll 8
     for (int i = threadIdx.x; i < h * h; i += blockDim.x) S_sm[i] = *pages.at(s, base + i);
     __syncthreads();
   }
@@ -62,6 +64,7 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, int
     __syncthreads();  // q, k are rewritten by the next token
   }
   if (s_in_smem)
+#pragma unroll 8
     for (int i = threadIdx.x; i < h * h; i += blockDim.x) *pages.at(s, base + i) = S_sm[i];
 }
 
@@ -91,7 +94,8 @@ class CudaRetnet : public CudaPart {
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkvg_, rows, to(st.s.proj, 4 * d));
-    const int threads = ceil_div(h_, 32) * 32;
+    // Thread c < h owns column c; extra threads only help load and store S.
+    const int threads = std::max(128, ceil_div(h_, 32) * 32);
     retnet_kernel<<<st.batch.n_seq * n_, threads, smem_, st.stream>>>(
         st.batch, st.pages, st.s.proj, d, n_, h_, gamma_, cos_, sin_, gn_eps_, s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
