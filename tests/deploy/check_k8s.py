@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import yaml
 from kubernetes import client
@@ -93,7 +94,7 @@ def flag_values(args):
 
 
 def main():
-    binary, root = sys.argv[1], sys.argv[2]
+    binary, root = sys.argv[1], os.path.abspath(sys.argv[2])
     objects = {}
     files = sorted(glob.glob(f"{root}/deploy/k8s/*.yaml"))
     for path in files:
@@ -173,10 +174,69 @@ def main():
         if m["type"] == "Pods" and not m["pods"]["metric"]["name"].startswith("mixserve_"):
             fail("HPA: metric is not a mixserve series")
 
+    # deploy/prometheus/prometheus-kubernetes.yml: Debian's Prometheus is built without
+    # Kubernetes discovery, so promtool checks it with the discovery block swapped for a static
+    # target; what ties it to the manifests and the adapter rule is checked here.
+    with open(f"{root}/deploy/prometheus/prometheus-kubernetes.yml") as f:
+        prom = yaml.safe_load(f)
+    job = next((j for j in prom["scrape_configs"] if j["job_name"] == "mixserve"), None)
+    if job is None:
+        fail("prometheus-kubernetes.yml: no job `mixserve` (alerts.yml and the dashboard expect it)")
+    else:
+        relabel = job["relabel_configs"]
+        keeps = {r["source_labels"][0]: r["regex"] for r in relabel if r.get("action") == "keep"}
+        if keeps.get("__meta_kubernetes_pod_label_app_kubernetes_io_name") != labels["app.kubernetes.io/name"]:
+            fail("prometheus-kubernetes.yml does not keep the Deployment's pods")
+        if keeps.get("__meta_kubernetes_pod_container_port_name") != "http":
+            fail("prometheus-kubernetes.yml does not scrape the port named http")
+        targets = {r.get("target_label") for r in relabel}
+        for rule in adapter["rules"]:
+            for label in rule["resources"]["overrides"]:
+                if label not in targets:
+                    fail(f"prometheus-kubernetes.yml does not set the label {label} the adapter rule maps")
+        job.pop("kubernetes_sd_configs")
+        job["static_configs"] = [{"targets": ["127.0.0.1:8000"]}]
+        prom["rule_files"] = [f"{root}/deploy/prometheus/{r}" for r in prom["rule_files"]]
+        with tempfile.NamedTemporaryFile("w", suffix=".yml") as tmp:
+            yaml.safe_dump(prom, tmp)
+            tmp.flush()
+            r = subprocess.run(["promtool", "check", "config", tmp.name], capture_output=True, text=True)
+            if r.returncode != 0:
+                fail(f"prometheus-kubernetes.yml: promtool: {r.stdout} {r.stderr}")
+
+    # the Envoy example (deploy/envoy): routes name defined clusters, which resolve the headless
+    # Service on its ports, gRPC over HTTP/2 with gRPC health, REST with /ready
+    with open(f"{root}/deploy/envoy/envoy.yaml") as f:
+        envoy = yaml.safe_load(f)["static_resources"]
+    clusters = {c["name"]: c for c in envoy["clusters"]}
+    headless = objects[("Service", "mixserve-pods")]
+    if headless["spec"].get("clusterIP") != "None":
+        fail("Service mixserve-pods is not headless")
+    svc_ports = {p["port"] for p in headless["spec"]["ports"]}
+    for listener in envoy["listeners"]:
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        for vh in hcm["route_config"]["virtual_hosts"]:
+            for route in vh["routes"]:
+                name = route["route"]["cluster"]
+                if name not in clusters:
+                    fail(f"envoy: route to unknown cluster {name}")
+                elif "hash_policy" in route["route"] and clusters[name]["lb_policy"] not in ("MAGLEV", "RING_HASH"):
+                    fail(f"envoy: cluster {name} ignores the route's hash_policy")
+    for name, cl in clusters.items():
+        addr = cl["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        if not addr["address"].startswith("mixserve-pods.") or addr["port_value"] not in svc_ports:
+            fail(f"envoy: cluster {name} does not point at the headless Service")
+        grpc = addr["port_value"] == ports["grpc"]
+        if grpc != ("typed_extension_protocol_options" in cl):
+            fail(f"envoy: cluster {name}: HTTP/2 upstream must go with the gRPC port")
+        hc = cl["health_checks"][0]
+        if grpc and "grpc_health_check" not in hc or not grpc and hc.get("http_health_check", {}).get("path") != "/ready":
+            fail(f"envoy: cluster {name}: health check must be gRPC health or /ready")
+
     if failures:
         print("\n".join(["FAILED:"] + failures))
         return 1
-    print("deploy/k8s: all checks passed")
+    print("deploy/k8s and deploy/envoy: all checks passed")
     return 0
 
 
