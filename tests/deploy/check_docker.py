@@ -15,7 +15,6 @@ the staged directory with the image's ENTRYPOINT and CMD (ports replaced by free
 
 usage: check_docker.py MIXSERVE_BINARY SOURCE_DIR
 """
-import fnmatch
 import json
 import os
 import re
@@ -57,18 +56,18 @@ def instructions(path):
 
 
 def ignored(path, patterns):
-    """.dockerignore semantics for our patterns: a match on the path or a parent excludes it,
-    `!` re-includes, the last matching pattern wins."""
+    """.dockerignore semantics: patterns are anchored at the context root (Go's filepath.Match,
+    plus `**` for any number of directories); a match on the path or on a parent directory
+    excludes it, `!` re-includes, the last matching pattern wins."""
     parts = path.split("/")
     prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
     result = False
     for p in patterns:
         neg = p.startswith("!")
-        pat = p[1:] if neg else p
-        pat = pat.strip("/")
-        pat = pat[3:] if pat.startswith("**/") else pat
-        names = prefixes if "/" in pat else [x.split("/")[-1] for x in prefixes]
-        if any(fnmatch.fnmatchcase(n, pat) for n in names):
+        pat = (p[1:] if neg else p).strip("/")
+        rx = re.escape(pat).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*")
+        rx = rx.replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        if any(re.fullmatch(rx, x) for x in prefixes):
             result = not neg
     return result
 

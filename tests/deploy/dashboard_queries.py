@@ -89,7 +89,7 @@ def traffic(http):
         statuses.append(curl(url, {"model": "hybrid_b", "prompt": list(range(3, 23)), "max_tokens": 8}))
     statuses.append(curl(url, {"prompt": "And God said", "max_tokens": 8, "stream": True}))
     # a burst longer than --max-queue whose states outgrow the pool: 429s and preemptions
-    burst = [None] * 12
+    burst = [None] * 16
     def one(i):
         burst[i] = curl(url, {"prompt": f"And it came to pass {i}", "max_tokens": 100, "ignore_eos": True})
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(burst))]
