@@ -52,7 +52,8 @@ RUN cmake --preset release -DMIXSERVE_CUDA=ON -DMIXSERVE_NATIVE=OFF -DCMAKE_CXX_
 
 # ---- what both runtime images share
 FROM debian:12-slim AS runtime
-# curl for HEALTHCHECK; a fixed uid so Kubernetes' runAsUser (deploy/k8s) matches.
+# curl for HEALTHCHECK; a fixed uid so Kubernetes' runAsUser (deploy/k8s) matches. USER below is
+# numeric: only then can the kubelet verify runAsNonRoot.
 RUN apt-get update && apt-get install -y --no-install-recommends curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 mixserve \
@@ -76,7 +77,7 @@ COPY --from=build-cpu /stage/ /
 RUN apt-get update \
  && xargs -a /opt/mixserve/runtime-packages.txt apt-get install -y --no-install-recommends \
  && rm -rf /var/lib/apt/lists/*
-USER mixserve
+USER 10001:10001
 
 # ---- GPU image (default): the host needs the NVIDIA driver and container toolkit
 # (docker run --gpus all; Kubernetes: the NVIDIA device plugin).
@@ -89,4 +90,4 @@ RUN dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb && apt-get update 
  && rm -rf /var/lib/apt/lists/*
 # What the NVIDIA container toolkit reads to mount the driver, as in nvidia/cuda's images.
 ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
-USER mixserve
+USER 10001:10001

@@ -174,8 +174,10 @@ def main():
     entry = cmd = None
     for target in ("cpu", "gpu"):
         user = collect(target, "USER")
-        if not user or user[-1] in ("root", "0"):
+        if not user or user[-1].split(":")[0] in ("root", "0"):
             fail(f"target {target} runs as root")
+        elif not user[-1].split(":")[0].isdigit():
+            fail(f"target {target}: USER {user[-1]} is not numeric (Kubernetes cannot check runAsNonRoot)")
         entry = json.loads(collect(target, "ENTRYPOINT")[-1])
         cmd = json.loads(collect(target, "CMD")[-1])
         health = collect(target, "HEALTHCHECK")
@@ -206,6 +208,9 @@ def main():
         k8s_uid = yaml.safe_load(f)["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
     if not uid or int(uid.group(1)) != k8s_uid:
         fail(f"the image's uid {uid and uid.group(1)} is not deploy/k8s's runAsUser {k8s_uid}")
+    for target in ("cpu", "gpu"):
+        if collect(target, "USER")[-1].split(":")[0] != str(k8s_uid):
+            fail(f"target {target}: USER is not uid {k8s_uid}")
 
     # ---- the staged files, run as the image would run them
     tmp = tempfile.mkdtemp(prefix="mixserve-stage-")
