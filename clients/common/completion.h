@@ -25,7 +25,8 @@ struct Endpoint {
   std::string api_key;        // sent as "authorization: Bearer <key>"
   double timeout_s = 0;       // per request; 0: none (REST passes it as the "timeout" field)
   // REST only: ask for logprobs (top 0) so each SSE chunk says how many tokens it carries. Without
-  // it a chunk is counted as one token, which is wrong when the server held text back.
+  // it a chunk with text counts as one token, which undercounts when the server held text back
+  // (a split UTF-8 character, a possible stop string); the usage tells when that happened.
   bool rest_token_events = false;
 };
 

@@ -35,7 +35,8 @@ void add_flags(mc::Flags& f) {
   f.value("num-warmups,warmup", "0", "requests sent first and left out of the results");
   f.value("seed", "0", "seed of the prompts and arrival times");
   mc::add_endpoint_flags(f);
-  f.toggle("no-token-events", "REST: don't ask for logprobs (then ITL has one sample per SSE chunk, not per token)");
+  f.toggle("rest-logprobs", "REST: ask for logprobs so each SSE chunk says how many tokens it carries (exact ITL "
+           "even when the server holds text back, but the server does more work per token)");
   f.section("results");
   f.value("metric-percentiles", "50,90,99", "percentiles to report");
   f.list("goodput", "SLOs for goodput, e.g. --goodput ttft:200 --goodput tpot:50 (keys ttft, tpot, e2el; ms)");
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   }
   try {
     mc::Endpoint ep = mc::endpoint_from_flags(f);
-    ep.rest_token_events = ep.rest && !f.on("no-token-events");
+    ep.rest_token_events = ep.rest && f.on("rest-logprobs");
     auto client = mc::make_client(ep);
 
     mc::RunOptions run;

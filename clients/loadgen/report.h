@@ -27,7 +27,7 @@ struct ReportOptions {
 // Per-request latencies of a successful request, in seconds.
 struct RequestMetrics {
   double ttft = 0, tpot = 0, e2el = 0;
-  std::vector<double> itl;    // one per generated token after the first
+  std::vector<double> itl;    // one per generated token after the first (per chunk where chunks merged tokens)
   uint32_t output_tokens = 0;
 };
 RequestMetrics metrics_of(const CompletionResult& r);

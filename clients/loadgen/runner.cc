@@ -42,7 +42,8 @@ void print_progress(const State& s, const RunOptions& o, double elapsed, bool tt
 RunResult run_load(CompletionClient& client, PromptSource& prompts, const CompletionRequest& base, const RunOptions& o) {
   RunResult run;
   State s;
-  std::mt19937_64 rng(o.seed);
+  // Separate streams: the arrival times of a seed do not depend on the prompt source.
+  std::mt19937_64 arrival_rng(o.seed), prompt_rng(o.seed ^ 0x9e3779b97f4a7c15ull);
   // Gaps between arrivals: gamma(shape k, scale 1/(rate k)) has mean 1/rate; k = 1 is Poisson.
   std::gamma_distribution<double> gap(o.burstiness, 1.0 / (o.rate * o.burstiness));
   const bool open_loop = std::isfinite(o.rate);
@@ -63,7 +64,7 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
   for (long i = 0;; ++i) {
     if (o.num_requests > 0 && i >= o.num_requests) break;
     if (open_loop) {
-      next_arrival_s += gap(rng);
+      next_arrival_s += gap(arrival_rng);
       if (o.duration_s > 0 && next_arrival_s >= o.duration_s) break;
       std::this_thread::sleep_until(run.start + std::chrono::duration_cast<Clock::duration>(
                                                     std::chrono::duration<double>(next_arrival_s)));
@@ -72,7 +73,7 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
     if (o.max_concurrency > 0) s.cv.wait(lock, [&] { return s.in_flight < o.max_concurrency; });
     if (o.duration_s > 0 && since(run.start) >= o.duration_s) break;
     RequestRecord& rec = run.records.emplace_back();  // a deque: earlier records stay where they are
-    rec.prompt = prompts.next(rng);
+    rec.prompt = prompts.next(prompt_rng);
     rec.issued_s = since(run.start);
     ++s.in_flight;
     ++s.issued;

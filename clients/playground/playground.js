@@ -89,9 +89,6 @@ function requestBody() {
     top_k: number("top-k"),
     seed: number("seed"),
     stop: stop.length ? stop : undefined,
-    // logprobs (top 0) make every chunk list its tokens, so the sparkline has one bar per token
-    // even when the server holds text back (a split UTF-8 character, a possible stop string).
-    logprobs: 0,
     stream: true,
     stream_options: { include_usage: true },
   };
@@ -146,6 +143,8 @@ async function generate() {
       const choice = chunk.choices && chunk.choices[0];
       if (!choice) return;
       if (choice.finish_reason) state.finishReason = choice.finish_reason;
+      // A chunk with text is one token: the server sends one per token unless it holds text back
+      // (a split UTF-8 character, a possible stop string), then the usage says more tokens came.
       const tokens = choice.logprobs ? choice.logprobs.token_logprobs.length : (choice.text ? 1 : 0);
       const now = performance.now();
       if (tokens > 0) {
