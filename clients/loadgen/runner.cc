@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace mixserve::client {
@@ -82,8 +83,7 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
     req.prompt = rec.prompt.text;
     req.prompt_ids = rec.prompt.ids;
     req.sampling.max_tokens = rec.prompt.max_tokens;
-    std::thread([&client, &s, &rec, req = std::move(req)] {
-      CompletionResult r = client.complete(req, {});
+    auto finished = [&s, &rec](CompletionResult r) {
       std::lock_guard<std::mutex> guard(s.mu);
       s.output_tokens += r.has_usage ? r.completion_tokens : r.streamed_tokens;
       s.failed += r.ok ? 0 : 1;
@@ -91,7 +91,16 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
       --s.in_flight;
       rec.result = std::move(r);
       s.cv.notify_all();
-    }).detach();
+    };
+    try {
+      std::thread([&client, finished, req = std::move(req)] { finished(client.complete(req, {})); }).detach();
+    } catch (const std::system_error& e) {  // out of threads: this request fails, the run goes on
+      CompletionResult r;
+      r.start = r.end = Clock::now();
+      r.error = "client:thread";
+      r.error_message = e.what();
+      finished(std::move(r));
+    }
   }
   {
     std::unique_lock<std::mutex> lock(s.mu);
