@@ -2,11 +2,14 @@
 // (default: the Extractor paper's, u=5000, l=128, d=128, c=512, m=18 layers, float16 weights),
 // random weights. For each mixer and batch size: prefill B sequences with a 16-token prompt, run
 // warm-up steps (the batch's CUDA graph is captured there), then time decode steps end to end
-// (metadata upload, graph replay, logits back to the host) and take the median.
+// (metadata upload, graph replay, logits back to the host) and take the median; steps alternate
+// with whole sampled steps on the host path (and, with --device-sampling, on the device sampler).
+// --context-sweep adds batch-1 device time against the position for each mixer.
 //   mixserve-cuda-bench --mixers aft_simple,retnet --batches 1,8,64,256 --out F.json
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -18,6 +21,7 @@
 
 #include "engine/model_weights.h"
 #include "engine/page_pool.h"
+#include "engine/sampler.h"
 #include "engine/sequence_state.h"
 #include "kernels/cuda_backend.h"
 #include "server/cli_args.h"
@@ -60,8 +64,10 @@ class RandomWeights : public WeightSource {
   std::map<std::string, std::vector<float>> w_;
 };
 
-ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads) {
+ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads, int window) {
   nlohmann::json layer = {{"mixer", mixer}};
+  const bool windowed = mixer == "aft_local" || mixer == "she" || mixer == "he" || mixer == "we" || mixer == "me";
+  if (window > 0 && windowed) layer["window"] = window;
   if (mixer == "attention" || mixer == "retnet" || mixer == "linear" || mixer == "performer")
     layer["heads"] = heads;
   nlohmann::json cfg = {{"vocab_size", u}, {"d_model", d}, {"n_layers", m}, {"ffn_dim", c},
@@ -74,17 +80,34 @@ ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, i
   return parse_model_config(cfg.dump(), "bench config");
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Each timed step runs one of these ways, in turn, on the same backend and sequences:
+//   logits: forward() alone — every logit copied to the host (what earlier runs measured);
+//   host:   forward() + engine/sampler on the host per sequence (the engine's verified path);
+//   device: forward_and_sample() with the device sampler (CudaBackendOptions::device_sampling),
+//           only with --device-sampling (a separate run, so a fault there cannot cost the others).
+// The sampling recipe is temperature 1, top-p 0.9 (sorts the vocabulary on both sides).
 nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightType wt, int batch,
-                     int steps, int prompt, bool graphs) {
+                     int steps, int prompt, bool graphs, bool device_sampling) {
   CudaBackendOptions o;
   o.weights = wt;
   o.graphs = graphs;
   o.pool_bytes = int64_t{1} << 30;
+  o.device_sampling = device_sampling;  // forward() copies the logits either way
   CudaBackend backend(cfg, w, o);
+  if (backend.device_sampling() != device_sampling)
+    throw std::runtime_error("MIXSERVE_CUDA_SAMPLING overrides --device-sampling: unset it");
+  const int modes = device_sampling ? 3 : 2;
   PagePool pool(backend.total_pages());
   StateAllocator alloc(backend, pool);
   std::mt19937 rng(1);
-  std::uniform_int_distribution<int> tok(0, static_cast<int>(cfg.vocab_size) - 1);
+  const int V = static_cast<int>(cfg.vocab_size);
+  std::uniform_int_distribution<int> tok(0, V - 1);
   const int warm = 8, total = prompt + warm + steps;
   if (total > cfg.max_seq_len) throw std::invalid_argument("prompt + steps exceed max_seq_len");
   std::vector<SequenceState> seqs(batch);
@@ -97,30 +120,82 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   }
   std::vector<float> logits;
   backend.forward(pre, logits);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_p = 0.9f;
+  sp.seed = 42;
+  TokenHistory history;
+  history.init({}, V, false);
+  std::vector<SampleRow> rows;
+  for (int s = 0; s < batch; ++s) rows.push_back({s, &sp, &history, 0, false});
+  std::vector<SampledToken> sampled;
   std::vector<int32_t> next(batch);
-  std::vector<double> times, device;
+  std::vector<double> times[3], device[3];
   for (int step = 0; step < warm + steps; ++step) {
     for (int& t : next) t = tok(rng);
     ForwardBatch b;
     for (int s = 0; s < batch; ++s) b.add_sequence(&next[s], 1, prompt + step, seqs[s]);
+    const int mode = step % modes;
     const auto t0 = std::chrono::steady_clock::now();
-    backend.forward(b, logits);
+    if (mode == 2) {
+      backend.forward_and_sample(b, rows, sampled);
+    } else {
+      backend.forward(b, logits);
+      if (mode == 1)
+        for (int s = 0; s < batch; ++s)
+          sampled.push_back(sample_token(&logits[static_cast<size_t>(s) * V], V, sp, history, step, false));
+    }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sampled.clear();
     if (step >= warm) {
-      times.push_back(dt);
-      device.push_back(backend.last_device_seconds());
+      times[mode].push_back(dt);
+      device[mode].push_back(backend.last_device_seconds());
     }
   }
-  std::sort(times.begin(), times.end());
-  std::sort(device.begin(), device.end());
-  const double median = times[times.size() / 2], dev = device[device.size() / 2];
-  // us_per_step: forward() end to end (host arrays in, all logits back on the host), what the
-  // engine sees. device_us_per_step: the GPU's share (batch upload to last logit), comparable to
-  // a peer that samples on the GPU.
-  return {{"batch", batch}, {"steps", steps}, {"prompt", prompt}, {"graphs", graphs},
-          {"us_per_step_median", median * 1e6}, {"us_per_step_min", times.front() * 1e6},
-          {"device_us_per_step_median", dev * 1e6}, {"tok_s", batch / median},
-          {"device_tok_s", batch / dev}};
+  const double med = median(times[0]), dev = median(device[0]);
+  const double wbytes = static_cast<double>(backend.weight_bytes());
+  // us_per_step: forward() end to end (host arrays in, all logits back on the host). device_us:
+  // the GPU's share (batch upload to last logit), comparable to a peer that samples on the GPU.
+  // sample_host_us / sample_device_us: a whole step with a token per sequence, either way.
+  // weight_GBps: the bytes of every weight over the device time (a batch-1 step reads each once).
+  nlohmann::json r = {{"batch", batch}, {"steps", steps}, {"prompt", prompt}, {"graphs", graphs},
+          {"us_per_step_median", med * 1e6},
+          {"us_per_step_min", times[0].empty() ? 0.0 : *std::min_element(times[0].begin(), times[0].end()) * 1e6},
+          {"device_us_per_step_median", dev * 1e6}, {"tok_s", batch / med}, {"device_tok_s", batch / dev},
+          {"sample_host_us_per_step_median", median(times[1]) * 1e6},
+          {"weight_bytes", wbytes}, {"weight_GBps", wbytes / dev * 1e-9}};
+  if (device_sampling) {
+    r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
+    r["sample_device_tok_s"] = batch / median(times[2]);
+  }
+  return r;
+}
+
+// Device time of a batch-1 decode step at every position 1 … l−1 of one sequence: attention's
+// cost grows with the prefix, a recurrent state's stays flat, a FIR window's grows until W.
+nlohmann::json context_sweep(const ModelConfig& cfg, const WeightSource& w, CudaWeightType wt, int every) {
+  CudaBackendOptions o;
+  o.weights = wt;
+  o.pool_bytes = int64_t{1} << 30;
+  CudaBackend backend(cfg, w, o);
+  PagePool pool(backend.total_pages());
+  StateAllocator alloc(backend, pool);
+  SequenceState seq;
+  const int L = static_cast<int>(cfg.max_seq_len);
+  if (!alloc.admit(seq, L)) throw std::runtime_error("pool too small");
+  std::vector<float> logits;
+  nlohmann::json pos = nlohmann::json::array(), us = nlohmann::json::array();
+  for (int p = 0; p < L; ++p) {
+    const int32_t t = (p * 7919) % static_cast<int>(cfg.vocab_size);
+    ForwardBatch b;
+    b.add_sequence(&t, 1, p, seq);
+    backend.forward(b, logits);
+    if (p > 0 && p % every == 0) {
+      pos.push_back(p);
+      us.push_back(backend.last_device_seconds() * 1e6);
+    }
+  }
+  return {{"position", pos}, {"device_us", us}};
 }
 
 }  // namespace
@@ -140,8 +215,12 @@ int main(int argc, char** argv) {
   a.flag("ffn", "512", "c");
   a.flag("layers", "18", "m");
   a.flag("heads", "4", "heads of attention, retnet, linear, performer");
+  a.flag("window", "0", "W of aft_local, she, he, we, me (0: the mixer's default)");
   a.flag("weights", "f16", "f32, f16, bf16");
   a.toggle("no-graphs", "run every step eagerly");
+  a.toggle("device-sampling", "also time whole steps sampled on the device (forward_and_sample)");
+  a.toggle("context-sweep", "also time batch-1 steps at every position (per-token cost vs context)");
+  a.flag("sweep-every", "4", "context sweep: record every n-th position");
   a.flag("out", "", "write the results to this JSON file");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err)) {
@@ -161,21 +240,31 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   nlohmann::json all = {{"device", cuda_device_name()}, {"date", date}, {"weights", a.str("weights")},
                         {"config", {{"u", a.integer("vocab")}, {"l", a.integer("ctx")}, {"d", a.integer("d")},
-                                    {"c", a.integer("ffn")}, {"m", a.integer("layers")}, {"heads", a.integer("heads")}}},
+                                    {"c", a.integer("ffn")}, {"m", a.integer("layers")}, {"heads", a.integer("heads")},
+                                    {"window", a.integer("window")}}},
+                        {"tensor_cores", std::getenv("MIXSERVE_CUDA_TENSOR_CORES") ? std::getenv("MIXSERVE_CUDA_TENSOR_CORES") : "0"},
                         {"results", nlohmann::json::array()}};
   try {
     const CudaWeightType wt = parse_cuda_weight_type(a.str("weights"));
     for (const std::string& mixer : split(a.str("mixers"))) {
       ModelConfig cfg = paper_config(mixer, static_cast<int>(a.integer("vocab")), static_cast<int>(a.integer("ctx")),
                                      static_cast<int>(a.integer("d")), static_cast<int>(a.integer("ffn")),
-                                     static_cast<int>(a.integer("layers")), static_cast<int>(a.integer("heads")));
+                                     static_cast<int>(a.integer("layers")), static_cast<int>(a.integer("heads")),
+                                     static_cast<int>(a.integer("window")));
       RandomWeights w(cfg);
       for (const std::string& b : split(a.str("batches"))) {
         nlohmann::json r = bench(cfg, w, wt, std::stoi(b), static_cast<int>(a.integer("steps")),
-                                 static_cast<int>(a.integer("prompt")), a.str("no-graphs") != "true");
+                                 static_cast<int>(a.integer("prompt")), a.str("no-graphs") != "true",
+                                 a.str("device-sampling") == "true");
         r["mixer"] = mixer;
         std::cout << r.dump() << std::endl;
         all["results"].push_back(r);
+      }
+      if (a.str("context-sweep") == "true") {
+        nlohmann::json c = context_sweep(cfg, w, wt, static_cast<int>(a.integer("sweep-every")));
+        c["mixer"] = mixer;
+        std::cout << c.dump() << std::endl;
+        all["context_sweep"].push_back(c);
       }
     }
   } catch (const std::exception& e) {

@@ -4,10 +4,35 @@
 against batch size per mixer.
   python3 bench/cuda_plot.py MIXSERVE.json PEER.json OUT_PREFIX   (writes OUT_PREFIX.json/.png)
 """
-import json, sys
+import argparse, json, sys
 
-ours_path, peer_path, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+ap = argparse.ArgumentParser()
+ap.add_argument("ours")
+ap.add_argument("peer")
+ap.add_argument("prefix")
+ap.add_argument("--sampling", help="the bench with --device-sampling (host vs device sampled steps)")
+ap.add_argument("--tc", help="the same bench with MIXSERVE_CUDA_TENSOR_CORES=1")
+ap.add_argument("--gemv", help="the same bench with MIXSERVE_CUDA_GEMV=1 (batches 1 and 8)")
+ap.add_argument("--large", help="the large config (d=1024, m=24, c=4096)")
+ap.add_argument("--large-tc", help="the large config with tensor cores")
+ap.add_argument("--large-gemv", help="the large config with MIXSERVE_CUDA_GEMV=1")
+ap.add_argument("--context", help="--context-sweep output (per-token cost vs position)")
+args = ap.parse_args()
+ours_path, peer_path, prefix = args.ours, args.peer, args.prefix
 ours = json.load(open(ours_path))
+
+
+def load_optional(path):
+    try:
+        return json.load(open(path)) if path else None
+    except Exception as e:  # a stage failed or timed out: report it, keep the rest
+        print(f"(could not read {path}: {e!r:.120})")
+        return None
+
+
+sampling, tc, gemv, large, large_tc, large_gemv, context = (
+    load_optional(p) for p in (args.sampling, args.tc, args.gemv, args.large, args.large_tc, args.large_gemv,
+                               args.context))
 try:
     peer = json.load(open(peer_path))
 except Exception as e:  # the peer run failed: keep our numbers
@@ -30,7 +55,8 @@ for r in ours["results"]:
                      speedup=(p / r["us_per_step_median"]) if p else None,
                      dev_speedup=(p / dev) if p else None))
 merged = dict(device=ours.get("device"), date=ours.get("date"), config=ours.get("config"),
-              weights=ours.get("weights"), mixserve=ours["results"], peer=peer, table=rows)
+              weights=ours.get("weights"), mixserve=ours["results"], peer=peer, table=rows,
+              device_sampling=sampling, tensor_cores=tc, small_batch_gemv=gemv, large=large, large_tensor_cores=large_tc, large_small_batch_gemv=large_gemv, context=context)
 json.dump(merged, open(prefix + ".json", "w"), indent=1)
 
 # us/step: forward() end to end with the logits copied to the host; dev us: the GPU's share.
@@ -40,6 +66,53 @@ for r in rows:
     sp = f"{r['speedup']:.1f}" if r["speedup"] else "-"
     dsp = f"{r['dev_speedup']:.1f}" if r["dev_speedup"] else "-"
     print(f"{r['mixer']:<11}{r['batch']:>6}{r['us']:>9.1f}{r['tok_s']:>10.0f}{r['dev_us']:>8.1f}{r['dev_tok_s']:>11.0f}{ps:>9}{sp:>6}{dsp:>7}")
+
+def key(r):
+    return (r["mixer"], r["batch"])
+
+
+# Sampling: whole steps with a token per sequence (temperature 1, top-p 0.9), host vs device.
+print()
+print("sampling  (a whole step with a token per sequence: host = all logits copied + engine/sampler, "
+      "device = forward_and_sample with the device sampler)")
+print(f"{'mixer':<11}{'batch':>6}{'logits us':>10}{'host us':>9}{'device us':>10}{'device/host':>12}")
+for r in (sampling or ours)["results"]:
+    h, d = r.get("sample_host_us_per_step_median"), r.get("sample_device_us_per_step_median")
+    if h and d:
+        print(f"{r['mixer']:<11}{r['batch']:>6}{r['us_per_step_median']:>10.1f}{h:>9.1f}{d:>10.1f}{d / h:>12.2f}")
+
+
+def compare(title, base, other, name="tc"):
+    if not base or not other:
+        return
+    print()
+    print(title)
+    print(f"{'mixer':<11}{'batch':>6}{'base dev us':>12}{name + ' dev us':>12}{name + '/base':>10}"
+          f"{'base GB/s':>10}{name + ' GB/s':>10}")
+    o = {key(r): r for r in other["results"]}
+    for r in base["results"]:
+        t = o.get(key(r))
+        if not t:
+            continue
+        a, b = r["device_us_per_step_median"], t["device_us_per_step_median"]
+        print(f"{r['mixer']:<11}{r['batch']:>6}{a:>12.1f}{b:>12.1f}{b / a:>10.2f}"
+              f"{r.get('weight_GBps', 0):>10.0f}{t.get('weight_GBps', 0):>10.0f}")
+
+
+compare("tensor cores  (MIXSERVE_CUDA_TENSOR_CORES=1 vs the CUDA-core GEMM, paper config, f16)", ours, tc)
+compare("small-batch GEMM  (MIXSERVE_CUDA_GEMV=1 vs the tiled kernel, paper config, f16)", ours, gemv, "gemv")
+if large:
+    cfg = large.get("config", {})
+    compare(f"large config d={cfg.get('d')} m={cfg.get('m')} c={cfg.get('c')}, tensor cores "
+            "(GB/s: weight bytes / device time)", large, large_tc or large)
+    compare("large config, small-batch GEMM", large, large_gemv, "gemv")
+if context:
+    print()
+    print("context sweep  (batch-1 device us at positions)")
+    for c in context.get("context_sweep", []):
+        pts = list(zip(c["position"], c["device_us"]))
+        picks = [pts[i] for i in sorted({0, len(pts) // 4, len(pts) // 2, 3 * len(pts) // 4, len(pts) - 1})] if pts else []
+        print(f"{c['mixer']:<11}" + "  ".join(f"p{p}:{u:.0f}" for p, u in picks))
 
 try:
     import matplotlib
@@ -68,3 +141,17 @@ ax.grid(True, which="both", alpha=0.3)
 ax.legend(fontsize=6, ncol=2)
 fig.tight_layout()
 fig.savefig(prefix + ".png", dpi=120)
+
+if context and context.get("context_sweep"):
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, c in enumerate(context["context_sweep"]):
+        ax.plot(c["position"], c["device_us"], "-", color=cmap(i), label=c["mixer"])
+    cfg = context.get("config", {})
+    ax.set_xlabel("position of the decoded token")
+    ax.set_ylabel("batch-1 decode step on the GPU (µs)")
+    ax.set_title(f"Per-token cost vs context, {context.get('device')}, d={cfg.get('d')} m={cfg.get('m')} "
+                 f"l={cfg.get('l')} W={cfg.get('window')}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(prefix + "-context.png", dpi=120)

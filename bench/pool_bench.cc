@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::uniform_int_distribution<int> tok(0, static_cast<int>(model.config.vocab_size) - 1);
   std::vector<int32_t> prompt(n);
   for (auto& t : prompt) t = tok(rng);
-  BackendChoice choice{"cpu", int64_t{1} << 30, static_cast<int>(a.integer("threads"))};
+  BackendChoice choice{"cpu", int64_t{1} << 30, 0, static_cast<int>(a.integer("threads"))};
   nlohmann::json out = {{"benchmark", "pool-and-prefix-cache"}, {"model", a.str("model")}, {"prompt_tokens", n}};
   {  // 1. TTFT with and without the prefix cache
     EngineOptions no_cache;

@@ -1,10 +1,15 @@
 #include "engine/backend.h"
 
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
 namespace mixserve {
 
 void ForwardBatch::add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state) {
   if (row_start.empty()) row_start.push_back(0);
-  tokens.insert(tokens.end(), toks, toks + n);
+  if (n == 1) tokens.push_back(*toks);  // a decode row: the common case, no block copy
+  else tokens.insert(tokens.end(), toks, toks + n);
   row_start.push_back(static_cast<int32_t>(tokens.size()));
   pos0.push_back(pos);
   states.push_back(&state);
@@ -15,6 +20,29 @@ void ForwardBatch::clear() {
   row_start.clear();
   pos0.clear();
   states.clear();
+}
+
+void Backend::forward_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
+                                 std::vector<SampledToken>& tokens, double* sample_seconds) {
+  forward(batch, sample_logits_);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t V = config().vocab_size;
+  tokens.clear();
+  for (const SampleRow& r : rows) {
+    if (r.row < 0 || (r.row + 1) * V > static_cast<int64_t>(sample_logits_.size()))
+      throw std::out_of_range("forward_and_sample: row outside the forward pass's logits");
+    tokens.push_back(sample_token(sample_logits_.data() + r.row * V, static_cast<int>(V), *r.params,
+                                  *r.history, r.step, r.want_logprob));
+  }
+  if (sample_seconds)
+    *sample_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Backend::logits_row(int32_t row, float* host) const {
+  const int64_t V = config().vocab_size;
+  if (row < 0 || (row + 1) * V > static_cast<int64_t>(sample_logits_.size()))
+    throw std::out_of_range("logits_row: row outside the last forward pass's logits");
+  std::memcpy(host, sample_logits_.data() + row * V, V * sizeof(float));
 }
 
 }  // namespace mixserve

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model_config.h"
+#include "engine/sampler.h"
 #include "engine/state_layout.h"
 
 namespace mixserve {
@@ -30,6 +31,16 @@ struct ForwardBatch {
   void clear();
 };
 
+// One row whose next token the engine needs: which logits row of the forward pass (the sequence
+// index, or the row when all_logits), how to sample it, and the RNG counter (the token's index).
+struct SampleRow {
+  int32_t row = 0;
+  const SamplingParams* params = nullptr;
+  const TokenHistory* history = nullptr;  // penalties' token counts (empty when untracked)
+  uint64_t step = 0;
+  bool want_logprob = false;  // the token's logprob even when params->logprobs == 0
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,6 +55,17 @@ class Backend {
   // [n_seq or rows, vocab_size] floats.
   virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
 
+  // Runs the model over the batch and samples the listed rows: tokens[i] for rows[i], the same
+  // token sample_token() (engine/sampler.h) gives on that row's logits. The default runs
+  // forward() into host memory and samples there; a device backend may sample where the logits
+  // are and bring back only the tokens. sample_seconds (when set) gets the sampling's share.
+  virtual void forward_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
+                                  std::vector<SampledToken>& tokens,
+                                  double* sample_seconds = nullptr);
+  // Logits row `row` of the last forward_and_sample (vocab_size floats), fetched on demand: the
+  // engine needs a prompt's last row on the host only for a prefix-cache snapshot.
+  virtual void logits_row(int32_t row, float* host) const;
+
   // Writes the initial state (zeros, or the running-max sentinel) of layer `layer` into pages.
   virtual void init_state(int layer, const std::vector<int32_t>& pages) = 0;
   // Page contents to and from host memory (snapshots, swapping, tests) and page to page copies.
@@ -55,6 +77,7 @@ class Backend {
 
  private:
   std::vector<double> no_timing_;
+  std::vector<float> sample_logits_;  // the default forward_and_sample's host logits
 };
 
 }  // namespace mixserve

@@ -131,8 +131,11 @@ void Engine::stop() {
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   drain_inbox();
-  for (auto& r : running_) finish(*r, FinishReason::kCancelled);
-  for (auto& r : waiting_) finish(*r, FinishReason::kCancelled);
+  // The message tells front ends that the server, not the client, ended these: the client is
+  // still there and must hear why its request stopped.
+  const std::string why = "the server shut down before the request finished";
+  for (auto& r : running_) finish(*r, FinishReason::kCancelled, why);
+  for (auto& r : waiting_) finish(*r, FinishReason::kCancelled, why);
   remove_finished();
   update_stats(true);
 }
@@ -249,10 +252,11 @@ void Engine::admit(int32_t budget) {
         finish(r, FinishReason::kError, "the request needs more state memory than the whole pool holds");
       }
     }
+    alloc_.reserve_tables(r.state, std::min<int64_t>(model_.config.max_seq_len, int64_t{r.n_prompt} + r.p.max_tokens));
     if (r.queue_s < 0) r.queue_s = std::chrono::duration<double>(Clock::now() - r.submitted).count();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    remove_finished();
+    if (r.done) remove_finished();  // it failed to start (r still points at the moved-from Live)
   }
 }
 
@@ -308,6 +312,7 @@ void Engine::preempt(Live& v) {
 void Engine::finish(Live& r, FinishReason reason, const std::string& error, TokenOutput out) {
   if (r.done) return;
   r.done = true;
+  ++unremoved_;
   const bool normal = reason == FinishReason::kStop || reason == FinishReason::kLength;
   if (r.state.allocated()) {
     if (normal && opts_.cache_entries > 0 && r.fed > 0) {  // keep the final state for the next turn
@@ -358,6 +363,8 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
 }
 
 void Engine::remove_finished() {
+  if (unremoved_ == 0) return;  // nothing finished since the last sweep: no scan
+  unremoved_ = 0;
   auto gone = [](const std::unique_ptr<Live>& r) { return r->done; };
   int n = 0;
   for (auto& r : running_) n += r->done;
@@ -385,6 +392,9 @@ bool Engine::step() {
   kept.clear();
   bool worked = false, any_cached = false;
   int32_t unplanned = opts_.step_token_budget;
+  // The batch takes decoders first, then prefill chunks while the token budget lasts. A decoder
+  // whose pages already hold its next token goes straight in (most steps, most requests).
+  int32_t budget = opts_.step_token_budget;
   for (auto& rp : running_) {
     Live* r = rp.get();
     if (expired(*r, t0)) continue;
@@ -392,6 +402,11 @@ bool Engine::step() {
     if (r->fed >= r->total) continue;
     r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
     unplanned -= r->end - r->fed;
+    if (r->total - r->fed == 1 && r->end <= r->state.capacity_tokens && budget > 0) {
+      --budget;
+      kept.push_back(r);
+      continue;
+    }
     (r->total - r->fed == 1 ? decoders : prefills).push_back(r);
   }
   expire(t0);
@@ -418,13 +433,11 @@ bool Engine::step() {
         emit_token(*r, std::move(token));
         worked = true;
       }
-  // The batch: decoders first, then prefill chunks while the token budget lasts.
-  int32_t budget = opts_.step_token_budget;
   for (std::vector<Live*>* group : {&decoders, &prefills})
     for (Live* r : *group) {
       if (r->done || !r->state.allocated() || r->fed >= r->total) continue;  // preempted meanwhile
       if (r->end - r->fed > budget) continue;
-      if (!make_room(*r, r->end)) {
+      if (r->end > r->state.capacity_tokens && !make_room(*r, r->end)) {  // most steps: room already
         finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
         continue;
       }
@@ -442,26 +455,37 @@ bool Engine::step() {
     worked = true;
     const auto tf = Clock::now();
     report.schedule_s = std::chrono::duration<double>(tf - t0).count();
-    backend_->forward(batch, logits_);
-    report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count();
+    // Rows that end their request's known tokens get a token; the backend samples them (on the
+    // device for a GPU backend) and returns only the tokens.
+    std::vector<SampleRow>& rows = sample_rows_;
+    rows.clear();
+    for (size_t i = 0; i < kept.size(); ++i) {
+      const Live& r = *kept[i];
+      if (r.end == r.total)
+        rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history, static_cast<uint64_t>(r.generated),
+                        r.p.return_logprob});
+    }
+    double sample_s = 0;
+    backend_->forward_and_sample(batch, rows, sampled_tokens_, &sample_s);
+    report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count() - sample_s;
+    report.sample_s += sample_s;
     report.sequences = static_cast<int>(kept.size());
     report.batch = &batch;
     report.mixer_seconds = &backend_->mixer_seconds();
-    const std::vector<float>& logits = logits_;
     std::vector<std::pair<Live*, SampledToken>>& sampled = sampled_;
     sampled.clear();
-    const auto ts = Clock::now();
+    size_t next = 0;
     for (size_t i = 0; i < kept.size(); ++i) {
       Live& r = *kept[i];
       r.fed = r.end;
       if (r.fed != r.total) continue;
-      const float* row = logits.data() + i * V;
-      if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
-        cache_.snapshot(r.tokens, r.n_prompt, r.state, row, V);  // the prompt, for repeats
-      sampled.emplace_back(&r, sample_token(row, static_cast<int>(V), r.p.sampling, r.history, r.generated,
-                                            r.p.return_logprob));
+      if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt) {
+        logits_.resize(V);  // the prompt's last row, for repeats
+        backend_->logits_row(static_cast<int32_t>(i), logits_.data());
+        cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
+      }
+      sampled.emplace_back(&r, std::move(sampled_tokens_[next++]));
     }
-    report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     for (auto& [r, token] : sampled) emit_token(*r, std::move(token));
   }
   remove_finished();

@@ -120,7 +120,10 @@ class Engine {
   PrefixCache cache_;
   Clock::time_point next_expiry_, next_detail_;
   std::vector<int> layer_kind_;
-  std::vector<float> logits_;  // reused by every step
+  std::vector<float> logits_;  // a prompt's last logits row for a cache snapshot, reused
+  std::vector<SampleRow> sample_rows_;         // the rows a step samples
+  std::vector<SampledToken> sampled_tokens_;  // their tokens, from the backend
+  int unremoved_ = 0;  // requests finished since remove_finished last swept them out
   std::vector<std::pair<Live*, SampledToken>> sampled_;
   ForwardBatch batch_;
   std::vector<Live*> candidates_, in_batch_, kept_;  // per layer: 0 constant, 1 ring buffer, 2 per-token (K/V)

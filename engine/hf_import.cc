@@ -185,7 +185,7 @@ bool is_hf_config(const std::string& text) {
   try {
     const json j = json::parse(text);
     return j.is_object() && j.contains("model_type");
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {  // parse_error, or out_of_range for a number like 1e400
     return false;
   }
 }

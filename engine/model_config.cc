@@ -197,7 +197,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw ModelError(source + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw ModelError(source + ": must be a JSON object");

@@ -14,7 +14,7 @@ bool PagePool::allocate(int32_t n, std::vector<int32_t>& out) {
   if (n > free_count()) return false;
   const auto first = free_.end() - n;
   for (auto it = first; it != free_.end(); ++it) refs_[*it] = 1;
-  out.insert(out.end(), std::make_reverse_iterator(free_.end()), std::make_reverse_iterator(first));
+  out.insert(out.end(), first, free_.end());  // one block copy (order within a take is immaterial)
   free_.erase(first, free_.end());
   return true;
 }

@@ -12,36 +12,43 @@ uint64_t PrefixCache::extend_hash(uint64_t h, int32_t token) {  // FNV-1a over t
   return h;
 }
 
-PrefixCache::Entries::iterator PrefixCache::find(const std::vector<int32_t>& tokens, int64_t max_len,
-                                                 int64_t min_len, const std::string& session) {
+std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vector<int32_t>& tokens, int64_t max_len,
+                                                                int64_t min_len, const std::string& session) {
   const int64_t limit = std::min<int64_t>(max_len, static_cast<int64_t>(tokens.size()));
   std::vector<uint64_t> hashes(limit + 1);
   hashes[0] = kHashSeed;
   for (int64_t i = 0; i < limit; ++i) hashes[i + 1] = extend_hash(hashes[i], tokens[i]);
   for (int64_t n = limit; n >= std::max<int64_t>(min_len, 1); --n) {
-    Entries::iterator best = entries_.end();
+    std::optional<Entries::iterator> best;
     auto [lo, hi] = by_hash_.equal_range(hashes[n]);
     for (auto it = lo; it != hi; ++it) {
       const CacheEntry& e = **it->second;
       if (static_cast<int64_t>(e.tokens.size()) != n || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
         continue;
-      if (best == entries_.end() || (!session.empty() && e.session == session)) best = it->second;
+      if (!best || (!session.empty() && e.session == session)) best = it->second;
     }
-    if (best != entries_.end()) return best;
+    if (best) return best;
   }
-  return entries_.end();
+  return std::nullopt;
+}
+
+std::optional<PrefixCache::Entries::iterator> PrefixCache::position(const CacheEntry* e) {
+  auto [lo, hi] = by_hash_.equal_range(e->hash);
+  for (auto it = lo; it != hi; ++it)
+    if (it->second->get() == e) return it->second;
+  return std::nullopt;
 }
 
 CacheEntry* PrefixCache::lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session) {
   auto it = find(tokens, max_len, 1, session);
-  if (it == entries_.end()) {
+  if (!it) {
     ++stats_.misses;
     return nullptr;
   }
   ++stats_.hits;
-  stats_.hit_tokens += (*it)->tokens.size();
-  touch(it);
-  return entries_.front().get();
+  stats_.hit_tokens += (**it)->tokens.size();
+  touch(*it);
+  return (*it)->get();
 }
 
 bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to) {
@@ -95,13 +102,14 @@ void PrefixCache::snapshot(const std::vector<int32_t>& tokens, int64_t n, const 
                            const float* logits, int64_t vocab) {
   if (max_entries_ <= 0 || n <= 0) return;
   auto it = find(tokens, n, n, "");
-  if (it == entries_.end()) {
+  if (!it) {
     SequenceState copy;
     if (!copy_state(state, n, n, copy)) return;
     adopt(std::vector<int32_t>(tokens.begin(), tokens.begin() + n), std::move(copy), "", {});
-    it = entries_.begin();
+    it = find(tokens, n, n, "");
+    if (!it) return;
   }
-  if (logits && (*it)->logits.empty()) (*it)->logits.assign(logits, logits + vocab);
+  if (logits && (**it)->logits.empty()) (**it)->logits.assign(logits, logits + vocab);
 }
 
 void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
@@ -111,40 +119,47 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
     return;
   }
   if (!session.empty())  // one entry per session: the newest turn replaces the previous one
-    for (auto it = entries_.begin(); it != entries_.end(); ++it)
-      if ((*it)->session == session) {
-        remove(it);
-        break;
-      }
+    if (auto old = by_session_.find(session); old != by_session_.end()) remove(old->second);
   // The same tokens cached already (e.g. a prompt's snapshot, then the finished request that
   // generated one token): keep that entry — the states are equal — and its logits.
   auto same = find(tokens, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), "");
-  if (same != entries_.end() && (*same)->session.empty()) {
+  if (same && (**same)->session.empty()) {
     alloc_.release(state);
-    (*same)->session = session;
-    (*same)->expires = expires;
-    touch(same);
+    if (!session.empty()) pin(*same, session, expires);
+    touch(*same);
     return;
   }
-  while (static_cast<int>(entries_.size()) >= max_entries_ && evict_one()) {
+  while (static_cast<int>(plain_.size() + sessions_.size()) >= max_entries_ && evict_one()) {
   }
   auto e = std::make_unique<CacheEntry>();
   e->hash = kHashSeed;
   for (int32_t t : tokens) e->hash = extend_hash(e->hash, t);
   e->tokens = std::move(tokens);
   e->state = std::move(state);
-  e->session = session;
-  e->expires = expires;
-  entries_.push_front(std::move(e));
-  by_hash_.emplace(entries_.front()->hash, entries_.begin());
+  auto it = insert(std::move(e));
+  if (!session.empty()) pin(it, session, expires);
+}
+
+PrefixCache::Entries::iterator PrefixCache::insert(std::unique_ptr<CacheEntry> e) {
+  plain_.push_front(std::move(e));
+  by_hash_.emplace(plain_.front()->hash, plain_.begin());
+  return plain_.begin();
+}
+
+void PrefixCache::pin(Entries::iterator it, const std::string& session, Clock::time_point expires) {
+  CacheEntry& e = **it;
+  e.session = session;
+  e.expires = expires;
+  sessions_.splice(sessions_.begin(), plain_, it);  // iterators stay valid across lists
+  by_session_[session] = it;
+  expiry_.emplace(expires, &e);
 }
 
 bool PrefixCache::restore(CacheEntry* e, SequenceState& out, int64_t capacity_tokens, bool take) {
-  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& p) { return p.get() == e; });
   if (take) {  // hand a session's state over: its writable pages are private to it
     out = std::move(e->state);
     e->state = {};
-    remove(it);
+    if (auto it = position(e)) remove(*it);
     if (!alloc_.grow(out, capacity_tokens)) {
       alloc_.release(out);
       return false;
@@ -155,63 +170,72 @@ bool PrefixCache::restore(CacheEntry* e, SequenceState& out, int64_t capacity_to
 }
 
 void PrefixCache::remove(Entries::iterator it) {
-  auto [lo, hi] = by_hash_.equal_range((*it)->hash);
+  CacheEntry& e = **it;
+  auto [lo, hi] = by_hash_.equal_range(e.hash);
   for (auto h = lo; h != hi; ++h)
     if (h->second == it) {
       by_hash_.erase(h);
       break;
     }
-  if ((*it)->state.allocated()) alloc_.release((*it)->state);
-  entries_.erase(it);
+  if (!e.session.empty()) {
+    by_session_.erase(e.session);
+    auto [elo, ehi] = expiry_.equal_range(e.expires);
+    for (auto x = elo; x != ehi; ++x)
+      if (x->second == &e) {
+        expiry_.erase(x);
+        break;
+      }
+  }
+  if (e.state.allocated()) alloc_.release(e.state);
+  list_of(e).erase(it);
 }
 
 void PrefixCache::touch(Entries::iterator it) {
-  if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
+  Entries& list = list_of(**it);
+  if (it != list.begin()) list.splice(list.begin(), list, it);
 }
 
 bool PrefixCache::evict_one() {
-  const auto now = Clock::now();
-  auto pick = [&](auto pred) {
-    for (auto it = std::prev(entries_.end());; --it) {
-      if (pred(**it)) return it;
-      if (it == entries_.begin()) return entries_.end();
-    }
-  };
-  if (entries_.empty()) return false;
-  auto it = pick([&](const CacheEntry& e) { return !e.session.empty() && e.expires <= now; });
-  if (it == entries_.end()) it = pick([](const CacheEntry& e) { return e.session.empty(); });
-  if (it == entries_.end()) it = std::prev(entries_.end());
-  remove(it);
+  std::optional<Entries::iterator> it;
+  if (!expiry_.empty() && expiry_.begin()->first <= Clock::now()) it = position(expiry_.begin()->second);
+  if (!it && !plain_.empty()) it = std::prev(plain_.end());
+  if (!it && !sessions_.empty()) it = std::prev(sessions_.end());
+  if (!it) return false;
+  remove(*it);
   ++stats_.evictions;
   return true;
 }
 
 void PrefixCache::expire(Clock::time_point now) {
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    auto next = std::next(it);
-    if (!(*it)->session.empty() && (*it)->expires <= now) remove(it);
-    it = next;
+  while (!expiry_.empty() && expiry_.begin()->first <= now) {
+    auto it = position(expiry_.begin()->second);
+    if (!it) {  // cannot happen: every pinned entry is indexed by its hash
+      expiry_.erase(expiry_.begin());
+      continue;
+    }
+    remove(*it);
   }
 }
 
 void PrefixCache::clear() {
-  while (!entries_.empty()) remove(entries_.begin());
+  while (!plain_.empty()) remove(plain_.begin());
+  while (!sessions_.empty()) remove(sessions_.begin());
 }
 
 PrefixCacheStats PrefixCache::stats() const {
   PrefixCacheStats s = stats_;
-  s.entries = static_cast<int>(entries_.size());
-  s.sessions = 0;
+  s.entries = static_cast<int>(plain_.size() + sessions_.size());
+  s.sessions = static_cast<int>(sessions_.size());
   s.pages = 0;
-  for (const auto& e : entries_) {
-    s.sessions += !e->session.empty();
-    for (const auto& lp : e->state.layer_pages) s.pages += static_cast<int32_t>(lp.size());
-  }
+  for (const Entries* list : {&plain_, &sessions_})
+    for (const auto& e : *list)
+      for (const auto& lp : e->state.layer_pages) s.pages += static_cast<int32_t>(lp.size());
   return s;
 }
 
 void PrefixCache::for_each_entry(const std::function<void(const CacheEntry&)>& fn) const {
-  for (const auto& e : entries_) fn(*e);
+  for (const auto& e : plain_) fn(*e);
+  for (const auto& e : sessions_) fn(*e);
 }
 
 }  // namespace mixserve

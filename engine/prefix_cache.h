@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -65,26 +67,35 @@ class PrefixCache {
   void expire(Clock::time_point now);
   void clear();
   PrefixCacheStats stats() const;
-  bool owns_pages() const { return !entries_.empty(); }
+  bool owns_pages() const { return !plain_.empty() || !sessions_.empty(); }
   // Pages held by entries, for the engine's sharing checks.
   void for_each_entry(const std::function<void(const CacheEntry&)>& fn) const;
 
  private:
   using Entries = std::list<std::unique_ptr<CacheEntry>>;  // front = most recently used
+  Entries& list_of(const CacheEntry& e) { return e.session.empty() ? plain_ : sessions_; }
   // Copies the private part of `from` (first n tokens) into fresh pages of `to`; shares the rest.
   bool copy_state(const SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to);
   void remove(Entries::iterator it);
   void touch(Entries::iterator it);
+  Entries::iterator insert(std::unique_ptr<CacheEntry> e);
+  void pin(Entries::iterator it, const std::string& session, Clock::time_point expires);  // make it a session
+  std::optional<Entries::iterator> position(const CacheEntry* e);  // by its hash
   static uint64_t extend_hash(uint64_t h, int32_t token);
   static constexpr uint64_t kHashSeed = 14695981039346656037ull;
   // The entry covering the longest prefix of tokens with min_len ≤ n ≤ max_len.
-  Entries::iterator find(const std::vector<int32_t>& tokens, int64_t max_len, int64_t min_len,
-                         const std::string& session);
+  std::optional<Entries::iterator> find(const std::vector<int32_t>& tokens, int64_t max_len, int64_t min_len,
+                                        const std::string& session);
 
   StateAllocator& alloc_;
   int max_entries_;
-  Entries entries_;
+  // Two LRU lists, so that eviction under pressure (every step, once the pool is full of cached
+  // states) takes the back of one list instead of scanning past pinned sessions.
+  Entries plain_;     // evicted first
+  Entries sessions_;  // pinned: evicted once expired, or when no plain entry is left
   std::unordered_multimap<uint64_t, Entries::iterator> by_hash_;  // hash of (n, tokens[0:n])
+  std::unordered_map<std::string, Entries::iterator> by_session_;
+  std::multimap<Clock::time_point, CacheEntry*> expiry_;  // sessions by the end of their TTL
   PrefixCacheStats stats_;
 };
 

@@ -47,7 +47,7 @@ struct TokenOutput {
   std::string text;                      // text delta (may be empty while text is held back)
   std::vector<SampledToken> logprobs;    // one per token when logprobs were asked for
   FinishReason finish = FinishReason::kNone;
-  std::string error;                     // when finish == kError
+  std::string error;                     // kError: what failed; kCancelled: set when the server cancelled
   Usage usage;                           // set on the last event
   Timing timing;                         // set on the last event
 };

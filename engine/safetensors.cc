@@ -107,7 +107,7 @@ void SafetensorsFile::parse_header(const uint8_t* header_bytes, size_t header_le
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_bytes, header_bytes + header_len);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e400)
     fail(std::string("header is not valid JSON (") + e.what() + ")");
   }
   if (!header.is_object()) fail("header is not a JSON object");
@@ -127,7 +127,8 @@ void SafetensorsFile::parse_header(const uint8_t* header_bytes, size_t header_le
       }
       continue;
     }
-    auto bad = [&](const std::string& what) { fail("tensor " + name + ": " + what); };
+    const std::string& tensor = name;  // clang before 16 cannot capture a structured binding
+    auto bad = [&](const std::string& what) { fail("tensor " + tensor + ": " + what); };
     if (!info.is_object()) bad("entry must be an object, got " + info.dump());
     for (const char* key : {"dtype", "shape", "data_offsets"})
       if (!info.contains(key))

@@ -49,6 +49,10 @@ uint64_t splitmix64(uint64_t x) {
 }
 }  // namespace
 
+float penalty_amount(const SamplingParams& p, int32_t count) {
+  return p.presence_penalty + p.frequency_penalty * count;
+}
+
 double counter_uniform(uint64_t seed, uint64_t counter) {
   const uint64_t bits = splitmix64(splitmix64(seed) ^ splitmix64(counter + 0x632BE59BD9B4E019ull));
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
@@ -68,7 +72,7 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
       if (history.seen[i]) z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
     for (int32_t tok : history.output_tokens)
-      if (tok < vocab) z[tok] -= p.presence_penalty + p.frequency_penalty * history.output_counts[tok];
+      if (tok < vocab) z[tok] -= penalty_amount(p, history.output_counts[tok]);
 
   int32_t chosen;
   if (p.temperature == 0.0f) {  // greedy: lowest id among equal maxima

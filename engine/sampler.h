@@ -42,6 +42,11 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;        // top `logprobs` alternatives, best first
 };
 
+// What presence + frequency penalties subtract from a generated token's logit. One compiled
+// definition (sampler.cc) that sample_token and the CUDA device sampler both call, so the float is
+// the same whatever the caller's compiler flags (contraction into an FMA would change it).
+float penalty_amount(const SamplingParams& params, int32_t count);
+
 // Uniform double in [0, 1) from (seed, counter): SplitMix64 finalisers, no hidden state.
 double counter_uniform(uint64_t seed, uint64_t counter);
 

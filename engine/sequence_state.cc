@@ -31,11 +31,7 @@ bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
   // States that grow per token get kGrowTokens at a time, so a decoding sequence takes pages
   // every 16th step instead of every step (vLLM's block size).
   tokens = (tokens + kGrowTokens - 1) / kGrowTokens * kGrowTokens;
-  if (growing_.empty() && !fixed_checked_) {  // which layers have per-token state at all
-    for (int l = 0; l < backend_.config().n_layers; ++l)
-      if (backend_.state_layouts()[l].token_floats > 0) growing_.push_back(l);
-    fixed_checked_ = true;
-  }
+  growing_layers();
   int32_t need = 0;
   for (int l : growing_) need += layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size());
   if (need > pool_.free_count()) return false;
@@ -43,6 +39,20 @@ bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
     pool_.allocate(layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size()), s.layer_pages[l]);
   s.capacity_tokens = tokens;
   return true;
+}
+
+const std::vector<int>& StateAllocator::growing_layers() {
+  if (!fixed_checked_) {  // which layers have per-token state at all
+    for (int l = 0; l < backend_.config().n_layers; ++l)
+      if (backend_.state_layouts()[l].token_floats > 0) growing_.push_back(l);
+    fixed_checked_ = true;
+  }
+  return growing_;
+}
+
+void StateAllocator::reserve_tables(SequenceState& s, int64_t tokens) {
+  if (s.layer_pages.empty()) return;
+  for (int l : growing_layers()) s.layer_pages[l].reserve(layer_pages_for(l, tokens + kGrowTokens));
 }
 
 void StateAllocator::release(SequenceState& s) {

@@ -30,6 +30,9 @@ class StateAllocator {
   bool admit(SequenceState& s, int64_t tokens);
   // Makes room for `tokens` tokens in total; false (nothing taken) if the pool is short.
   bool grow(SequenceState& s, int64_t tokens);
+  // Sizes the page lists of the growing layers for `tokens` tokens (no pages taken), so that
+  // grow() never reallocates them while the request decodes.
+  void reserve_tables(SequenceState& s, int64_t tokens);
   void release(SequenceState& s);
   Backend& backend() { return backend_; }
   PagePool& pool() { return pool_; }
@@ -37,6 +40,7 @@ class StateAllocator {
  private:
   Backend& backend_;
   PagePool& pool_;
+  const std::vector<int>& growing_layers();
   std::vector<int> growing_;  // layers whose state grows per token (K/V); only they need grow()
   bool fixed_checked_ = false;
 };

@@ -246,6 +246,10 @@ class SentencePieceBpe : public Tokenizer {
     check(id);
     return pieces_[id];
   }
+  const std::string& token_text(int32_t id) const override {
+    check(id);
+    return token_texts_[id];
+  }
 
  private:
   static size_t utf8_len(unsigned char c) {
@@ -287,6 +291,19 @@ class SentencePieceBpe : public Tokenizer {
         byte_value_[id] = v;
       }
     }
+    token_texts_.resize(pieces_.size());
+    for (int32_t id = 0; id < static_cast<int32_t>(pieces_.size()); ++id) {
+      std::string text = pieces_[id];
+      if (byte_value_[id] >= 0x80) {
+        static const char* hex = "0123456789abcdef";
+        text = std::string("bytes:\\x") + hex[byte_value_[id] >> 4] + hex[byte_value_[id] & 15];
+      } else if (byte_value_[id] >= 0) {
+        text = std::string(1, static_cast<char>(byte_value_[id]));
+      } else if (types_[id] != kControl && types_[id] != kUnknown) {
+        for (size_t at; (at = text.find(kSpace)) != std::string::npos;) text.replace(at, kSpace.size(), " ");
+      }
+      token_texts_[id] = std::move(text);
+    }
   }
   int32_t piece_id(std::string_view piece) const {
     if (auto it = reserved_.find(piece); it != reserved_.end()) return it->second;
@@ -317,6 +334,7 @@ class SentencePieceBpe : public Tokenizer {
   }
 
   std::vector<std::string> pieces_;
+  std::vector<std::string> token_texts_;  // token_text of every id
   std::vector<float> scores_;
   std::vector<int> types_, byte_value_;
   std::unordered_map<std::string_view, int32_t> mergeable_, reserved_;

@@ -26,6 +26,10 @@ class Tokenizer {
   virtual int eos_id() const = 0;
   virtual int unk_id() const = 0;
   virtual std::string id_to_piece(int32_t id) const = 0;  // throws std::out_of_range like decode
+  // The token on its own as OpenAI's logprobs show it: its text as it reads inside a sequence
+  // (" of", with the leading space), and a byte that is not a character by itself as
+  // "bytes:\\xe2". Precomputed, so streaming logprobs costs a lookup per token.
+  virtual const std::string& token_text(int32_t id) const = 0;  // throws std::out_of_range
 };
 
 // Streams text as tokens arrive. Each delta is decode(window) minus decode(window without the

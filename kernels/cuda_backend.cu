@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "engine/mixers/registry.h"
 #include "engine/sequence_state.h"
 #include "kernels/ops.cuh"
+#include "kernels/sampling.cuh"
 
 namespace mixserve {
 
@@ -43,6 +45,16 @@ CudaWeightType parse_cuda_weight_type(const std::string& name) {
 namespace {
 
 constexpr int kMaxGraphBatch = 512;  // decode batches up to this replay graphs
+
+// An option the environment may override with 1 or 0 (the options not yet verified on a GPU).
+bool env_switch(const char* name, bool option) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return option;
+  const std::string v = env;
+  if (v == "1") return true;
+  if (v == "0") return false;
+  throw std::invalid_argument(std::string(name) + " must be 1 or 0, not '" + v + "'");
+}
 
 int bucket(int n) {
   int b = 1;
@@ -118,8 +130,11 @@ struct CudaBackend::Impl {
   std::map<int, cudaGraphExec_t> graphs;  // decode bucket → graph
   std::vector<cudaEvent_t> events;        // 2 per layer when timing mixers
   std::vector<double> mixer_seconds;
-  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
+  bool device_sampling = false, tensor_cores = false, small_batch_gemv = false;
+  DeviceSampler sampler;
+  int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
   Impl(const ModelConfig& c, const CudaBackendOptions& o) : cfg(c), opts(o), weights(o.weights) {}
 
@@ -128,6 +143,7 @@ struct CudaBackend::Impl {
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     if (step_begin) cudaEventDestroy(step_begin);
     if (step_end) cudaEventDestroy(step_end);
+    if (sample_end) cudaEventDestroy(sample_end);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -262,6 +278,9 @@ struct CudaBackend::Impl {
     CUDA_CHECK(cudaGraphLaunch(it->second, stream));
   }
 
+  int enqueue(const ForwardBatch& b);
+  void read_timings();
+
   void upload_ids(const std::vector<int32_t>& a, const std::vector<int32_t>& b = {}) {
     page_ids.reserve(a.size() + b.size());
     if (!a.empty())
@@ -293,7 +312,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   if (pool_bytes <= 0) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    pool_bytes = std::min<int64_t>(free_b / 2, int64_t{4} << 30);
+    pool_bytes = opts.memory_fraction > 0 ? static_cast<int64_t>(opts.memory_fraction * static_cast<double>(free_b))
+                                          : std::min<int64_t>(free_b / 2, int64_t{4} << 30);
   }
   const int64_t page_bytes = sizeof(float) * int64_t{m.page_floats};
   m.total_pages = static_cast<int32_t>(std::min<int64_t>(pool_bytes / page_bytes, INT32_MAX - scratch));
@@ -308,6 +328,10 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
                              scratch * page_bytes, m.stream));
 
   DeviceWeights& dw = m.weights;
+  m.tensor_cores = env_switch("MIXSERVE_CUDA_TENSOR_CORES", opts.tensor_cores);
+  m.small_batch_gemv = env_switch("MIXSERVE_CUDA_GEMV", opts.small_batch_gemv);
+  dw.use_tensor_cores(m.tensor_cores);
+  dw.use_small_batch_gemv(m.small_batch_gemv);
   m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
   m.embed_params.scale = cfg.embed_scale;
   if (cfg.position == PositionKind::kLearned)
@@ -339,6 +363,14 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   m.meta_dev.reserve(1 << 16);
   CUDA_CHECK(cudaEventCreate(&m.step_begin));
   CUDA_CHECK(cudaEventCreate(&m.step_end));
+  CUDA_CHECK(cudaEventCreate(&m.sample_end));
+  m.device_sampling = opts.device_sampling;
+  if (const char* env = std::getenv("MIXSERVE_CUDA_SAMPLING")) {
+    const std::string v = env;
+    if (v == "device") m.device_sampling = true;
+    else if (v == "host") m.device_sampling = false;
+    else if (!v.empty()) throw std::invalid_argument("MIXSERVE_CUDA_SAMPLING must be device or host, not '" + v + "'");
+  }
   if (opts.time_mixers) {
     m.events.resize(2 * m.n_layers);
     for (cudaEvent_t& e : m.events) CUDA_CHECK(cudaEventCreate(&e));
@@ -354,47 +386,131 @@ int32_t CudaBackend::page_floats() const { return impl_->page_floats; }
 int32_t CudaBackend::total_pages() const { return impl_->total_pages; }
 const std::vector<double>& CudaBackend::mixer_seconds() const { return impl_->mixer_seconds; }
 int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
+size_t CudaBackend::weight_bytes() const { return impl_->weights.bytes(); }
 double CudaBackend::last_device_seconds() const { return impl_->device_seconds; }
 
-void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
-  Impl& m = *impl_;
-  CUDA_CHECK(cudaSetDevice(m.opts.device));
+// Queues one forward pass (checks, metadata upload, graph or eager kernels) and returns how
+// many logits rows it writes for the caller; nothing is copied back yet.
+int CudaBackend::Impl::enqueue(const ForwardBatch& b) {
+  CUDA_CHECK(cudaSetDevice(opts.device));
   const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
   for (int s = 0; s < n_seq; ++s)
     for (int32_t r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-      if (b.tokens[r] < 0 || b.tokens[r] >= m.cfg.vocab_size) throw std::out_of_range("token id out of range");
-      if (b.pos0[s] + (r - b.row_start[s]) >= m.cfg.max_seq_len)
+      if (b.tokens[r] < 0 || b.tokens[r] >= cfg.vocab_size) throw std::out_of_range("token id out of range");
+      if (b.pos0[s] + (r - b.row_start[s]) >= cfg.max_seq_len)
         throw std::out_of_range("position exceeds max_seq_len");
     }
-  const int V = static_cast<int>(m.cfg.vocab_size);
+  last_logit_rows = 0;
   const int out_real = b.all_logits ? rows : n_seq;
-  logits.resize(static_cast<size_t>(out_real) * V);
-  if (rows == 0) return;
+  if (rows == 0) return out_real;  // nothing queued (callers check b.tokens)
   const bool decode = !b.all_logits && rows == n_seq;
-  const bool use_graph = m.opts.graphs && !m.opts.time_mixers && decode && n_seq <= kMaxGraphBatch;
+  const bool use_graph = opts.graphs && !opts.time_mixers && decode && n_seq <= kMaxGraphBatch;
   const int S = use_graph ? bucket(n_seq) : n_seq, R = use_graph ? S : rows;
   const int O = b.all_logits ? R : S;
-  m.reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
-  CUDA_CHECK(cudaEventRecord(m.step_begin, m.stream));
-  m.fill_meta(b, R, S, O);
-  if (use_graph) m.run_graph(S);
-  else m.run(R, S, O);
-  CUDA_CHECK(cudaEventRecord(m.step_end, m.stream));
+  reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
+  CUDA_CHECK(cudaEventRecord(step_begin, stream));
+  fill_meta(b, R, S, O);
+  if (use_graph) run_graph(S);
+  else run(R, S, O);
+  CUDA_CHECK(cudaEventRecord(step_end, stream));
+  last_logit_rows = out_real;
+  return out_real;
+}
+
+// After the stream has synchronised: the step's device time and the mixers' event times.
+void CudaBackend::Impl::read_timings() {
+  float step_ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&step_ms, step_begin, step_end));
+  device_seconds = step_ms * 1e-3;
+  if (opts.time_mixers) {
+    mixer_seconds.assign(n_layers, 0.0);
+    for (int l = 0; l < n_layers; ++l) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * l], events[2 * l + 1]));
+      mixer_seconds[l] = ms * 1e-3;
+    }
+  }
+}
+
+void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
+  Impl& m = *impl_;
+  const int V = static_cast<int>(m.cfg.vocab_size);
+  const int out_real = m.enqueue(b);
+  logits.resize(static_cast<size_t>(out_real) * V);
+  if (b.tokens.empty()) return;
   CUDA_CHECK(cudaMemcpyAsync(m.logits_host.get(), m.logits.get(), sizeof(float) * out_real * V,
                              cudaMemcpyDeviceToHost, m.stream));
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  float step_ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&step_ms, m.step_begin, m.step_end));
-  m.device_seconds = step_ms * 1e-3;
+  m.read_timings();
   std::memcpy(logits.data(), m.logits_host.get(), sizeof(float) * out_real * V);
-  if (m.opts.time_mixers) {
-    m.mixer_seconds.assign(m.n_layers, 0.0);
-    for (int l = 0; l < m.n_layers; ++l) {
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, m.events[2 * l], m.events[2 * l + 1]));
-      m.mixer_seconds[l] = ms * 1e-3;
-    }
+}
+
+bool CudaBackend::device_sampling() const { return impl_->device_sampling; }
+bool CudaBackend::tensor_cores() const { return impl_->tensor_cores; }
+bool CudaBackend::small_batch_gemv() const { return impl_->small_batch_gemv; }
+
+// With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned
+// memory are queued back to back and the host waits once; the logits stay on the device (a row
+// the engine still wants comes back through logits_row).
+void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<SampleRow>& rows,
+                                     std::vector<SampledToken>& tokens, double* sample_seconds) {
+  Impl& m = *impl_;
+  if (!m.device_sampling) return Backend::forward_and_sample(b, rows, tokens, sample_seconds);
+  m.enqueue(b);
+  for (const SampleRow& r : rows)
+    if (r.row < 0 || r.row >= m.last_logit_rows)
+      throw std::out_of_range("forward_and_sample: row outside the forward pass's logits");
+  const auto t0 = std::chrono::steady_clock::now();
+  m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size), rows);
+  CUDA_CHECK(cudaEventRecord(m.sample_end, m.stream));
+  const double host_launch = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  const auto t1 = std::chrono::steady_clock::now();
+  const bool ran = !b.tokens.empty();
+  if (ran) m.read_timings();
+  m.sampler.collect(rows, tokens);
+  if (sample_seconds) {
+    float ms = 0;
+    if (ran) CUDA_CHECK(cudaEventElapsedTime(&ms, m.step_end, m.sample_end));
+    *sample_seconds = host_launch + ms * 1e-3 +
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
+}
+
+void CudaBackend::logits_row(int32_t row, float* host) const {
+  Impl& m = *impl_;
+  if (!m.device_sampling) return Backend::logits_row(row, host);
+  if (row < 0 || row >= m.last_logit_rows) throw std::out_of_range("logits_row: row outside the last forward pass's logits");
+  CUDA_CHECK(cudaSetDevice(m.opts.device));
+  const int64_t V = m.cfg.vocab_size;
+  CUDA_CHECK(cudaMemcpyAsync(m.logits_host.get(), m.logits.get() + row * V, sizeof(float) * V,
+                             cudaMemcpyDeviceToHost, m.stream));
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  std::memcpy(host, m.logits_host.get(), sizeof(float) * V);
+}
+
+std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
+                                             const std::vector<SampleRow>& rows) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<SampledToken> tokens;
+  try {
+    DeviceBuffer<float> dev(logits.size());
+    CUDA_CHECK(cudaMemcpyAsync(dev.get(), logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice, stream));
+    for (const SampleRow& r : rows)
+      if (r.row < 0 || static_cast<size_t>(r.row + 1) * vocab > logits.size())
+        throw std::out_of_range("cuda_sample_logits: row outside the logits");
+    DeviceSampler sampler;
+    sampler.launch(stream, dev.get(), vocab, rows);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    sampler.collect(rows, tokens);
+  } catch (...) {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+    throw;
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return tokens;
 }
 
 void CudaBackend::init_state(int layer, const std::vector<int32_t>& pages) {

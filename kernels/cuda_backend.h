@@ -17,11 +17,27 @@ namespace mixserve {
 enum class CudaWeightType { kF32, kF16, kBF16, kAuto };
 
 struct CudaBackendOptions {
-  int64_t pool_bytes = 0;     // state pool; 0: half the free device memory, at most 4 GiB
+  int64_t pool_bytes = 0;     // state pool; 0: sized by memory_fraction
+  // With pool_bytes 0: this fraction of the device memory still free once the weights are on
+  // it (vLLM's --gpu-memory-utilization, of free rather than total memory); 0: half of it, at
+  // most 4 GiB.
+  double memory_fraction = 0;
   int32_t page_floats = 0;    // 0: d_model (the smallest page every row fits in)
   CudaWeightType weights = CudaWeightType::kF32;  // projections' storage; math is float32
   bool graphs = true;         // decode steps replay a CUDA graph per batch-size bucket
   bool time_mixers = false;   // per-layer mixer time with CUDA events (disables graphs)
+  // forward_and_sample samples on the device and copies back only the tokens (kernels/sampling.cuh)
+  // instead of copying every logit to the host and sampling there. The environment variable
+  // MIXSERVE_CUDA_SAMPLING=device|host overrides this. Off by default until verified on a GPU.
+  bool device_sampling = false;
+  // float16/bfloat16 projections on tensor cores (kernels/gemm_tensor_cores.cu; float32 ones keep
+  // the CUDA-core GEMM). Activations are rounded to 16 bits on load, so logits move within a
+  // tolerance; batch invariance holds. MIXSERVE_CUDA_TENSOR_CORES=1|0 overrides. Off by default.
+  bool tensor_cores = false;
+  // GEMMs of ≤ 8 rows (batch-1 decode) with kernels/gemv.cu: the same bits as the tiled kernel,
+  // K fetched in double-buffered chunks of 128 instead of one wait per 64; aft_simple decode also
+  // fuses its core into the qkv projection. MIXSERVE_CUDA_GEMV=1|0 overrides.
+  bool small_batch_gemv = false;
   int device = 0;
 };
 
@@ -31,6 +47,10 @@ bool cuda_device_available();
 std::string cuda_device_name();
 // "f32" | "f16" | "bf16" | "auto"; throws std::invalid_argument otherwise.
 CudaWeightType parse_cuda_weight_type(const std::string& name);
+// The device sampler on its own (tests, benchmarks): uploads logits [rows, vocab] and samples
+// rows[i] (SampleRow::row indexes the uploaded rows) as CudaBackend's device_sampling does.
+std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
+                                             const std::vector<SampleRow>& rows);
 
 class CudaBackend : public Backend {
  public:
@@ -44,6 +64,13 @@ class CudaBackend : public Backend {
   int32_t total_pages() const override;
 
   void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  void forward_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
+                          std::vector<SampledToken>& tokens, double* sample_seconds = nullptr) override;
+  void logits_row(int32_t row, float* host) const override;
+  // The options after the environment's overrides.
+  bool device_sampling() const;
+  bool tensor_cores() const;
+  bool small_batch_gemv() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;
@@ -51,6 +78,7 @@ class CudaBackend : public Backend {
   const std::vector<double>& mixer_seconds() const override;
 
   int graphs_captured() const;  // decode graphs instantiated so far (tests, benchmarks)
+  size_t weight_bytes() const;   // every weight on the device (a batch-1 step reads them all)
   // Device time of the last forward pass, from the batch upload to the last logit (CUDA events):
   // the step without the host's share and without copying the logits out.
   double last_device_seconds() const;

@@ -65,6 +65,12 @@ struct DevMatrix {
   const float* bias = nullptr;
   int n = 0, k = 0;
   CudaWeightType type = CudaWeightType::kF32;
+  // f16/bf16 only: every GEMM with this matrix runs on tensor cores (gemm_tensor_cores.cu), at
+  // every batch size, so a row's bits still never depend on the batch.
+  bool tensor_cores = false;
+  // CUDA-core path, M ≤ 8: gemv.cu's kernel (W and A in double-buffered chunks, W by cp.async,
+  // then the same per-output FMA chain), bit-identical to the tiled kernel.
+  bool small_batch_gemv = false;
   bool empty() const { return n == 0; }
 };
 
@@ -73,6 +79,10 @@ class DeviceWeights {
  public:
   explicit DeviceWeights(CudaWeightType type) : type_(type) {}
   CudaWeightType type() const { return type_; }
+  // Matrices uploaded from now on in float16/bfloat16 use tensor cores (DevMatrix::tensor_cores).
+  void use_tensor_cores(bool on) { tensor_cores_ = on; }
+  // Matrices uploaded from now on use gemv.cu for M ≤ 8 (DevMatrix::small_batch_gemv).
+  void use_small_batch_gemv(bool on) { small_batch_gemv_ = on; }
   // Float32 vector (norms, mixes, pos biases, ...), kept in float32 whatever the mode.
   const float* f32(const float* host, size_t n);
   const float* f32(const std::vector<float>& host) { return f32(host.data(), host.size()); }
@@ -88,6 +98,7 @@ class DeviceWeights {
 
  private:
   CudaWeightType type_;
+  bool tensor_cores_ = false, small_batch_gemv_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

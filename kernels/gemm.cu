@@ -3,82 +3,13 @@
 // streams. Tiles: BM×BN outputs per block, TM×TN per thread (strided, so a warp's shared-memory
 // reads hit distinct banks), BK of K per step, the next step's tile prefetched into registers.
 #include "kernels/gemm.cuh"
+#include "kernels/gemm_parts.cuh"
 
 namespace mixserve::cuda {
 
 namespace {
 
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-__device__ __forceinline__ float activate(float v, Act act) {
-  switch (act) {
-    case Act::kRelu: return fmaxf(v, 0.0f);
-    case Act::kGeluTanh: {
-      const float k = 0.7978845608028654f;
-      return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-    }
-    case Act::kReluSquare: return v > 0.0f ? v * v : 0.0f;
-    default: return v;
-  }
-}
-
-// Bias, activation and epilogue of one output: the same code for every tile shape, with explicit
-// rounding (no contraction into FMAs that could differ between instantiations).
-__device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int r, int n, float acc) {
-  float v = __fadd_rn(acc, bias ? bias[n] : 0.0f);
-  v = activate(v, o.act);
-  float* y = o.y + r * o.ldy + n;
-  switch (o.epi) {
-    case Epi::kStore: *y = v; break;
-    case Epi::kAdd: *y = __fadd_rn(*y, v); break;
-    case Epi::kMulAux: *y = __fmul_rn(v, o.aux[r * o.ldaux + n]); break;
-    case Epi::kAddMulAux: *y = __fadd_rn(*y, __fmul_rn(v, o.aux[r * o.ldaux + n])); break;
-    case Epi::kAddSigmoidMulAux: *y = __fadd_rn(*y, __fmul_rn(o.aux[r * o.ldaux + n], sigmoidf_(v))); break;
-  }
-}
-
-// Rows of x, layer-normed on load when in.ln_w is set (statistics in double, as the CPU does).
-struct PlainLoader {
-  GemmIn in;
-  int K;
-  float* mean;  // shared, [BM]
-  float* inv;
-
-  __device__ void bind(float* stats, int bm) {
-    mean = stats;
-    inv = stats + bm;
-  }
-  __device__ int prepare(int m0, int bm, int M) {
-    if (!in.ln_w) return K;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    for (int i = warp; i < bm; i += warps) {
-      const int r = m0 + i;
-      if (r >= M) continue;
-      const float* x = row(r);
-      double s = 0;
-      for (int k = lane; k < K; k += 32) s += x[k];
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      const double mu = s / K;
-      double v = 0;
-      for (int k = lane; k < K; k += 32) v += (x[k] - mu) * (x[k] - mu);
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) {
-        mean[i] = static_cast<float>(mu);
-        inv[i] = static_cast<float>(1.0 / sqrt(v / K + static_cast<double>(in.ln_eps)));
-      }
-    }
-    __syncthreads();
-    return K;
-  }
-  __device__ const float* row(int r) const { return in.x + (in.rows ? in.rows[r] : r) * in.ldx; }
-  __device__ float load(int i, int r, int k) const {
-    const float v = row(r)[k];
-    if (!in.ln_w) return v;
-    return fmaf((v - mean[i]) * inv[i], in.ln_w[k], in.ln_b ? in.ln_b[k] : 0.0f);
-  }
-};
+using namespace gemm_parts;
 
 // SHE's lag matrix (gemm.cuh); K ends, per block, after the longest history among its rows.
 struct LagLoader {
@@ -233,6 +164,8 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
+  if (w.tensor_cores) return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
+  if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);  // same bits, M ≤ 8
   PlainLoader a{in, w.k, nullptr, nullptr};
   dispatch(stream, a, w, M, w.k, 1, out, nullptr);
 }

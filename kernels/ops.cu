@@ -146,6 +146,8 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
     for (size_t i = 0; i < count; ++i) h[i] = __float2bfloat16_rn(w[i]);
     m.w = upload(h.data(), count * sizeof(__nv_bfloat16));
   }
+  m.tensor_cores = tensor_cores_ && m.type != CudaWeightType::kF32;
+  m.small_batch_gemv = small_batch_gemv_;
   if (bias) m.bias = f32(bias, n);
   return m;
 }

@@ -5,26 +5,6 @@
 
 namespace mixserve {
 
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0xff >> (n + 1));
-    for (int k = 1; k < n; ++k) {
-      const unsigned char cc = s[i + k];
-      if ((cc >> 6) != 2) return false;
-      cp = cp << 6 | (cc & 0x3f);
-    }
-    // overlong forms, surrogates and code points past U+10FFFF are not UTF-8
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += n;
-  }
-  return true;
-}
-
 ServedModel* ModelHub::find(const std::string& id) const {
   if (id.empty()) return models_.empty() ? nullptr : models_.front().get();
   for (const auto& m : models_)
@@ -34,9 +14,6 @@ ServedModel* ModelHub::find(const std::string& id) const {
 
 std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,
                                          std::function<void()> notify) const {
-  auto bad = [](std::string msg, std::string param = "") {
-    return ApiError{ApiCode::kInvalidArgument, std::move(msg), std::move(param)};
-  };
   if (draining) return ApiError{ApiCode::kUnavailable, "the server is shutting down and accepts no new requests", ""};
   ServedModel* served = find(req.model);
   if (!served) {
@@ -44,49 +21,8 @@ std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,
     for (const auto& m : models_) known += (known.empty() ? "" : ", ") + m->model.id;
     return ApiError{ApiCode::kNotFound, "model \"" + req.model + "\" does not exist (served: " + known + ")", "model"};
   }
-  const ModelConfig& cfg = served->model.config;
-  GenerateParams p = req.params;
-  if (req.prompt_text.has_value() == req.prompt_ids.has_value())
-    return bad("give exactly one of prompt (text) or prompt token ids", "prompt");
-  if (req.prompt_text) {
-    const std::string& text = *req.prompt_text;
-    if (text.empty()) return bad("prompt is empty", "prompt");
-    if (static_cast<int64_t>(text.size()) > limits.max_prompt_chars)
-      return bad("prompt is " + std::to_string(text.size()) + " bytes; the limit is " +
-                     std::to_string(limits.max_prompt_chars),
-                 "prompt");
-    if (!valid_utf8(text)) return bad("prompt is not valid UTF-8", "prompt");
-    if (!served->model.tokenizer)
-      return bad("model \"" + served->model.id + "\" has no tokenizer.model; send token ids instead", "prompt");
-    p.prompt = served->model.tokenizer->encode(text);
-  } else {
-    p.prompt = *req.prompt_ids;
-    if (p.prompt.empty()) return bad("prompt token ids are empty", "prompt");
-  }
-  for (const std::string& s : p.stop)
-    if (!valid_utf8(s)) return bad("stop strings must be valid UTF-8", "stop");
-  const int64_t context = cfg.max_seq_len, prompt_len = static_cast<int64_t>(p.prompt.size());
-  if (prompt_len >= context)
-    return bad("the prompt has " + std::to_string(prompt_len) + " tokens; model \"" + served->model.id +
-                   "\" has a context of " + std::to_string(context) + " tokens, and at least one must be left to generate",
-               "prompt");
-  const int64_t cap = limits.max_tokens_cap > 0 ? limits.max_tokens_cap : context;
-  if (p.max_tokens < 1 || p.max_tokens > cap)
-    return bad("max_tokens must be between 1 and " + std::to_string(cap) + ", got " + std::to_string(p.max_tokens),
-               "max_tokens");
-  if (prompt_len + p.max_tokens > context)
-    return bad("this model's context is " + std::to_string(context) + " tokens, but " + std::to_string(prompt_len) +
-                   " prompt tokens + " + std::to_string(p.max_tokens) + " max_tokens = " +
-                   std::to_string(prompt_len + p.max_tokens),
-               "max_tokens");
-  if (req.timeout_s) {
-    if (!(*req.timeout_s > 0) || *req.timeout_s > 86400) return bad("timeout must be in (0, 86400] seconds", "timeout");
-    p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*req.timeout_s));
-  }
-  if (std::string err = served->engine->validate(p); !err.empty()) {
-    std::string param = err.substr(0, err.find(' '));
-    return bad(err, param == "prompt" ? "prompt" : param);
-  }
+  GenerateParams p;
+  if (auto err = validate_request(req, *served, limits, p)) return err;
   auto channel = std::make_shared<TokenChannel>();
   const Clock::time_point submitted = Clock::now();
   Metrics* m = metrics;
@@ -104,7 +40,7 @@ std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,
   });
   switch (r.status) {
     case SubmitStatus::kOk: break;
-    case SubmitStatus::kInvalid: return bad(r.message);
+    case SubmitStatus::kInvalid: return ApiError{ApiCode::kInvalidArgument, r.message, ""};
     case SubmitStatus::kQueueFull:
       if (m) m->observe_rejected(model_id, "queue_full");
       return ApiError{ApiCode::kResourceExhausted, r.message, ""};

@@ -88,4 +88,11 @@ class ModelHub {
 // UTF-8 validity (prompts and stop strings must be valid text).
 bool valid_utf8(const std::string& s);
 
+// Every check ModelHub::submit makes on a request for `served` before anything is queued
+// (prompt, lengths, parameters, timeout, then the engine's own validate()). On success `out`
+// holds the engine's parameters (prompt tokenized, deadline set). Changes nothing, so tests and
+// fuzzers can run it without a live server (server/request_validation.cc).
+std::optional<ApiError> validate_request(const ApiRequest& req, const ServedModel& served,
+                                         const ServerLimits& limits, GenerateParams& out);
+
 }  // namespace mixserve

@@ -20,6 +20,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const BackendCho
   if (choice.backend == "cuda" || (choice.backend == "auto" && gpu)) {
     CudaBackendOptions opts;
     if (choice.pool_bytes > 0) opts.pool_bytes = choice.pool_bytes;
+    opts.memory_fraction = choice.gpu_memory_fraction;
     opts.weights = CudaWeightType::kAuto;
     return std::make_unique<CudaBackend>(model.config, *model.weights, opts);
   }

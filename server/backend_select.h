@@ -12,6 +12,7 @@ namespace mixserve {
 struct BackendChoice {
   std::string backend = "auto";  // auto | cpu | cuda
   int64_t pool_bytes = 0;        // 0: the backend's default
+  double gpu_memory_fraction = 0;  // CUDA with pool_bytes 0: this fraction of free device memory
   int threads = 0;               // CPU threads (0: all cores)
 };
 

@@ -32,7 +32,7 @@ int generate_command(int argc, char** argv) {
     if (!model.tokenizer) throw std::invalid_argument(a.str("model") + " has no tokenizer.model");
     if (a.str("prompt").empty()) throw std::invalid_argument("--prompt is required");
     p.prompt = model.tokenizer->encode(a.str("prompt"));
-    Engine engine(model, make_backend(model, {a.str("backend"), 0, static_cast<int>(a.integer("threads"))}));
+    Engine engine(model, make_backend(model, {a.str("backend"), 0, 0, static_cast<int>(a.integer("threads"))}));
     std::promise<TokenOutput> last;
     SubmitResult r = engine.submit(p, [&](TokenOutput&& out) {
       std::fwrite(out.text.data(), 1, out.text.size(), stdout);

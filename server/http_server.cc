@@ -51,7 +51,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(Stream stream, const HttpServerOptions& opts, const HttpHandler& handler, const HttpErrorBody& error_body)
       : stream_(std::move(stream)), opts_(opts), handler_(handler), error_body_(error_body),
-        write_timer_(stream_.get_executor()) {}
+        write_timer_(stream_.get_executor()), read_timer_(stream_.get_executor()) {}
 
   void run(bool tls) {
     auto self = this->shared_from_this();
@@ -117,6 +117,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (closed_) return;
     closed_ = true;
     write_timer_.cancel();
+    read_timer_.cancel();
     if (!response_done_ && gone_) {
       auto fn = std::move(gone_);
       gone_ = nullptr;
@@ -141,7 +142,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_.emplace();
     parser_->body_limit(opts_.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(opts_.max_header_bytes));
-    beast::get_lowest_layer(stream_).expires_after(opts_.header_timeout);
+    beast::get_lowest_layer(stream_).expires_never();
+    arm_read_timer(opts_.header_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
@@ -154,23 +156,45 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     respond(serial_, status, "application/json", error_body_(status, message), {});
   }
 
+  // Header and body deadlines run on their own timer, which cancels the read rather than closing
+  // the socket (as tcp_stream's expiry does), so that the slow client still gets its 408.
+  template <typename Duration>
+  void arm_read_timer(Duration timeout) {
+    read_timed_out_ = false;
+    read_timer_.expires_after(timeout);
+    read_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_) return;
+      self->read_timed_out_ = true;
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->stream_).socket().cancel(ignored);
+    });
+  }
+  bool read_timed_out(beast::error_code ec) {
+    read_timer_.cancel();
+    return ec == net::error::operation_aborted && read_timed_out_;
+  }
+
   void on_header(beast::error_code ec) {
+    if (read_timed_out(ec)) return fail(408, "the request headers did not arrive in time");
     if (ec == http::error::header_limit) return fail(431, "the request headers are larger than " + std::to_string(opts_.max_header_bytes) + " bytes");
     if (ec == http::error::body_limit) return fail(413, "the request body is larger than the limit of " + std::to_string(opts_.max_body_bytes) + " bytes");
-    if (ec == beast::error::timeout) return fail(408, "the request headers did not arrive in time");
     if (ec) {
       if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::operation_aborted)
         return close();
       return fail(400, std::string("malformed HTTP request: ") + ec.message());
     }
-    beast::get_lowest_layer(stream_).expires_after(opts_.body_timeout);
+    // Only chunked framing is understood: any other Transfer-Encoding would leave the body's end
+    // unknown, and reading it as "no body" turns the body into the next request (smuggling).
+    if (parser_->get().count(http::field::transfer_encoding) && !parser_->chunked())
+      return fail(400, "malformed HTTP request: unsupported Transfer-Encoding (only chunked)");
+    arm_read_timer(opts_.body_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
+    if (read_timed_out(ec)) return fail(408, "the request body did not arrive in time");
     if (ec == http::error::body_limit) return fail(413, "the request body is larger than the limit of " + std::to_string(opts_.max_body_bytes) + " bytes");
-    if (ec == beast::error::timeout) return fail(408, "the request body did not arrive in time");
     if (ec) {
       if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) return close();
       return fail(400, std::string("malformed HTTP request: ") + ec.message());
@@ -187,7 +211,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     for (const auto& f : msg) {
       std::string name(f.name_string());
       for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      req.headers[name] = std::string(f.value());
+      // A repeated field joins its values with ", " (RFC 9110 §5.3) rather than the last one
+      // silently winning: two Authorization headers then match no key, whatever their order.
+      auto [it, fresh] = req.headers.emplace(name, std::string(f.value()));
+      if (!fresh) it->second += ", " + std::string(f.value());
     }
     beast::error_code rec;
     auto ep = beast::get_lowest_layer(stream_).socket().remote_endpoint(rec);
@@ -197,7 +224,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     responding_ = response_done_ = false;
     stream_res_.reset();
     gone_ = nullptr;
-    watch();  // notices a client that leaves while the handler works
+    // Notices a client that leaves while the handler works — unless the next request is already
+    // buffered: a read would then wait for bytes that may never come, and response_complete()
+    // must find no read pending to parse what is buffered.
+    if (buffer_.size() == 0) watch();
     auto ex = make_exchange();
     try {
       handler_(req, ex);
@@ -215,8 +245,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       self->watching_ = false;
       if (ec) return self->close();
       self->buffer_.commit(n);
-      if (self->response_done_) self->read_header();  // the next request has begun
-      else self->watch();                              // pipelined bytes: keep them, keep watching
+      // The next request has begun. While a response is pending, stop reading: response_complete()
+      // parses it, and TCP flow control bounds what the client can push in the meantime (reading
+      // on would buffer without limit, and leave this read pending over the buffered request).
+      if (self->response_done_) self->read_header();
     });
   }
 
@@ -268,11 +300,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<Write> queue_;
   std::shared_ptr<http::response<http::empty_body>> stream_res_;
-  net::steady_timer write_timer_;
+  net::steady_timer write_timer_, read_timer_;
   std::function<void()> gone_;
   uint64_t serial_ = 0;
   bool keep_alive_ = true, writing_ = false, watching_ = false, closed_ = false, responding_ = false,
-       response_done_ = false;
+       response_done_ = false, read_timed_out_ = false;
 };
 
 template <typename Stream>

@@ -4,21 +4,20 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer.h"
 #include "server/metrics.h"
+#include "server/rest_json.h"
+#include "server/rest_request.h"
 
 namespace mixserve {
 
 using json = nlohmann::json;
 
-// Serialises without ever throwing: text from a model or from a bad request may hold bytes that
-// are not UTF-8 (a token's piece, an echoed parse error); they become U+FFFD.
-static std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+static std::string dump(const json& j) { return json_text(j); }
 
 int http_status(ApiCode code) {
   switch (code) {
@@ -55,9 +54,18 @@ std::string RestGateway::error_json(int status, const std::string& message, cons
 RestGateway::RestGateway(ModelHub& hub, const ApiKeys& keys, Metrics* metrics, RestOptions opts)
     : hub_(hub), keys_(keys), metrics_(metrics), opts_(std::move(opts)) {}
 
+// The `path` label of mixserve_http_responses_total: a route, never what the client sent, so
+// that requests for made-up paths (unauthenticated ones included) cannot add a series each and
+// grow the server's memory and every scrape without bound.
+static std::string route_label(const std::string& path) {
+  for (const char* route : {"/v1/completions", "/v1/models", "/health", "/ready", "/metrics", "/"})
+    if (path == route) return path;
+  return path.rfind("/static/", 0) == 0 ? "/static/" : "other";
+}
+
 void RestGateway::reply(std::shared_ptr<HttpExchange> ex, const std::string& path, int status,
                         const std::string& type, std::string body) {
-  if (metrics_) metrics_->observe_http(path, status);
+  if (metrics_) metrics_->observe_http(route_label(path), status);
   ex->respond(status, type, std::move(body));
 }
 
@@ -125,127 +133,6 @@ void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchan
 
 namespace {
 
-// A field check: throws ApiError for a wrong type or range, naming the field.
-struct Fields {
-  const json& j;
-  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
-    throw ApiError{ApiCode::kInvalidArgument, "'" + field + "' " + what, field};
-  }
-  bool has(const char* f) const { return j.contains(f) && !j[f].is_null(); }
-  double number(const char* f, double def, double lo, double hi) const {
-    if (!has(f)) return def;
-    if (!j[f].is_number()) bad(f, "must be a number");
-    const double v = j[f].get<double>();
-    if (!(v >= lo && v <= hi)) bad(f, "must be between " + fmt(lo) + " and " + fmt(hi) + ", got " + j[f].dump());
-    return v;
-  }
-  int64_t integer(const char* f, int64_t def, int64_t lo, int64_t hi) const {
-    if (!has(f)) return def;
-    if (!j[f].is_number_integer()) bad(f, "must be an integer");
-    const int64_t v = j[f].get<int64_t>();
-    if (v < lo || v > hi) bad(f, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + std::to_string(v));
-    return v;
-  }
-  bool boolean(const char* f, bool def) const {
-    if (!has(f)) return def;
-    if (!j[f].is_boolean()) bad(f, "must be true or false");
-    return j[f].get<bool>();
-  }
-  std::string string(const char* f) const {
-    if (!has(f)) return "";
-    if (!j[f].is_string()) bad(f, "must be a string");
-    return j[f].get<std::string>();
-  }
-  static std::string fmt(double v) {
-    std::ostringstream o;
-    o << v;
-    return o.str();
-  }
-};
-
-ApiRequest parse_completion(const json& j, bool& stream, bool& include_usage, bool& echo) {
-  if (!j.is_object()) throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
-  static const std::set<std::string> known = {
-      "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-      "presence_penalty", "frequency_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs", "echo",
-      "n", "best_of", "stream", "stream_options", "suffix", "logit_bias", "user", "priority", "session", "timeout"};
-  for (const auto& [k, _] : j.items())
-    if (!known.count(k)) throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
-  Fields f{j};
-  ApiRequest r;
-  r.model = f.string("model");
-  if (!f.has("prompt")) f.bad("prompt", "is required");
-  const json& p = j["prompt"];
-  auto ids = [&](const json& arr) {
-    std::vector<int32_t> out;
-    for (const auto& t : arr) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-        f.bad("prompt", "token ids must be non-negative integers");
-      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
-    }
-    return out;
-  };
-  if (p.is_string()) r.prompt_text = p.get<std::string>();
-  else if (p.is_array() && !p.empty() && p[0].is_number()) r.prompt_ids = ids(p);
-  else if (p.is_array() && p.size() == 1 && p[0].is_string()) r.prompt_text = p[0].get<std::string>();
-  else if (p.is_array() && p.size() == 1 && p[0].is_array()) r.prompt_ids = ids(p[0]);
-  else if (p.is_array() && p.size() > 1) f.bad("prompt", "holds several prompts; send one prompt per request");
-  else f.bad("prompt", "must be a string or a list of token ids");
-  GenerateParams& g = r.params;
-  g.max_tokens = static_cast<int32_t>(f.integer("max_tokens", 16, 1, 1 << 20));
-  g.sampling.temperature = static_cast<float>(f.number("temperature", 1.0, 0.0, 100.0));
-  g.sampling.top_p = static_cast<float>(f.number("top_p", 1.0, 0.0, 1.0));
-  if (f.has("top_p") && g.sampling.top_p <= 0) f.bad("top_p", "must be greater than 0");
-  const int64_t top_k = f.integer("top_k", 0, -1, 1 << 30);
-  g.sampling.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);  // vLLM: -1 means off
-  g.sampling.min_p = static_cast<float>(f.number("min_p", 0.0, 0.0, 1.0));
-  g.sampling.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 1.0, 1e-6, 10.0));
-  g.sampling.presence_penalty = static_cast<float>(f.number("presence_penalty", 0.0, -2.0, 2.0));
-  g.sampling.frequency_penalty = static_cast<float>(f.number("frequency_penalty", 0.0, -2.0, 2.0));
-  if (f.has("seed")) g.seed = static_cast<uint64_t>(f.integer("seed", 0, 0, INT64_MAX));
-  if (f.has("stop")) {
-    const json& s = j["stop"];
-    if (s.is_string()) g.stop.push_back(s.get<std::string>());
-    else if (s.is_array()) {
-      for (const auto& x : s) {
-        if (!x.is_string()) f.bad("stop", "must be a string or a list of strings");
-        g.stop.push_back(x.get<std::string>());
-      }
-    } else f.bad("stop", "must be a string or a list of strings");
-    if (g.stop.size() > 16) f.bad("stop", "holds more than 16 strings");
-    for (const auto& s2 : g.stop)
-      if (s2.empty()) f.bad("stop", "must not contain empty strings");
-  }
-  if (f.has("stop_token_ids")) {
-    if (!j["stop_token_ids"].is_array()) f.bad("stop_token_ids", "must be a list of token ids");
-    for (const auto& t : j["stop_token_ids"]) {
-      if (!t.is_number_integer()) f.bad("stop_token_ids", "must be a list of token ids");
-      g.stop_token_ids.push_back(t.get<int32_t>());
-    }
-  }
-  g.ignore_eos = f.boolean("ignore_eos", false);
-  g.sampling.logprobs = static_cast<int>(f.integer("logprobs", 0, 0, 20));
-  g.return_logprob = f.has("logprobs");
-  if (f.integer("n", 1, 1, 1) != 1 || f.integer("best_of", 1, 1, 1) != 1) f.bad("n", "only 1 is supported");
-  if (f.has("suffix")) f.bad("suffix", "is not supported");
-  if (f.has("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    f.bad("logit_bias", "is not supported");
-  f.string("user");
-  g.priority = static_cast<int32_t>(f.integer("priority", 0, -1000000, 1000000));
-  g.session = f.string("session");
-  if (f.has("timeout")) r.timeout_s = f.number("timeout", 0, 1e-3, 86400.0);
-  stream = f.boolean("stream", false);
-  echo = f.boolean("echo", false);
-  include_usage = false;
-  if (f.has("stream_options")) {
-    const json& so = j["stream_options"];
-    if (!so.is_object()) f.bad("stream_options", "must be an object");
-    if (!stream) f.bad("stream_options", "is only allowed with stream: true");
-    include_usage = Fields{so}.boolean("include_usage", false);
-  }
-  return r;
-}
-
 std::string random_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[32];
@@ -268,7 +155,7 @@ struct Completion {
 
 json logprobs_json(const std::vector<SampledToken>& lp, const Tokenizer* tok) {
   json tokens = json::array(), token_lp = json::array(), top = json::array();
-  auto text = [&](int32_t id) { return tok ? tok->decode(&id, 1) : std::to_string(id); };
+  auto text = [&](int32_t id) { return tok ? tok->token_text(id) : std::to_string(id); };
   for (const auto& s : lp) {
     tokens.push_back(text(s.token));
     token_lp.push_back(s.logprob);
@@ -289,7 +176,7 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-void send_event(Completion& c, const json& body) { c.ex->send("data: " + dump(body) + "\n\n"); }
+void send_event(Completion& c, const json& body) { c.ex->send(sse_event(body)); }
 
 json chunk(Completion& c, const std::string& text, const json& logprobs, const json& finish) {
   return {{"id", c.id}, {"object", "text_completion"}, {"created", c.created}, {"model", c.model},
@@ -312,8 +199,13 @@ void drain(const std::shared_ptr<Completion>& c) {
     }
     if (!last) continue;
     c->ended = true;
-    const int status = out.finish == FinishReason::kDeadline ? 504 : out.finish == FinishReason::kError ? 500 : 200;
-    if (out.finish == FinishReason::kCancelled) return;  // the client is gone: nothing to send
+    // Cancelled without a message: the client is gone, nothing to send. With one, the server
+    // cancelled it (shutdown past the grace period): 503, so that no stream just stops.
+    if (out.finish == FinishReason::kCancelled && out.error.empty()) return;
+    const int status = out.finish == FinishReason::kDeadline    ? 504
+                       : out.finish == FinishReason::kError     ? 500
+                       : out.finish == FinishReason::kCancelled ? 503
+                                                                : 200;
     const std::string message = out.finish == FinishReason::kDeadline
                                     ? "the request's timeout passed before the completion finished"
                                     : out.error;
@@ -350,21 +242,11 @@ void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchan
     const int status = http_status(e.code);
     reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
   };
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    return fail({ApiCode::kInvalidArgument, std::string("the body is not valid JSON: ") + e.what(), ""});
-  }
+  CompletionRequest parsed;
+  if (auto e = parse_completion_body(req.body, parsed)) return fail(*e);
   auto c = std::make_shared<Completion>();
-  ApiRequest api;
-  try {
-    api = parse_completion(body, c->stream, c->include_usage, c->echo);
-  } catch (const ApiError& e) {
-    return fail(e);
-  } catch (const json::exception& e) {
-    return fail({ApiCode::kInvalidArgument, std::string("bad field: ") + e.what(), ""});
-  }
+  c->stream = parsed.stream, c->include_usage = parsed.include_usage, c->echo = parsed.echo;
+  const ApiRequest& api = parsed.api;
   c->ex = ex;
   c->metrics = metrics_;
   c->id = random_id();

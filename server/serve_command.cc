@@ -36,7 +36,10 @@ int serve_command(int argc, char** argv) {
   a.flag("http-port", "8000", "REST port (0: any free port)");
   a.flag("backend", "auto", "auto (CUDA when a GPU is present), cpu or cuda");
   a.flag("threads", "0", "CPU backend threads (0: all cores)");
-  a.flag("pool-bytes", "268435456", "state-pool size per model in bytes (CPU backend)");
+  a.flag("pool-bytes", "0", "state-pool size per model in bytes (0: 256 MiB on the CPU; on a GPU see --gpu-memory-fraction)");
+  a.flag("gpu-memory-fraction", "0",
+         "CUDA, --pool-bytes 0: state pool = this fraction of the device memory free after loading the weights "
+         "(0: half of it, at most 4 GiB)");
   a.flag("max-batch", "256", "running requests per model");
   a.flag("max-queue", "1024", "waiting requests per model; beyond it: 429 / RESOURCE_EXHAUSTED");
   a.flag("step-token-budget", "512", "rows per engine step (decode rows + prefill chunks)");
@@ -72,6 +75,8 @@ int serve_command(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   try {
+    if (const double f = a.number("gpu-memory-fraction"); !(f >= 0 && f <= 1))
+      throw std::invalid_argument("--gpu-memory-fraction must be between 0 and 1");
     ModelHub hub;
     Metrics metrics;
     hub.metrics = &metrics;
@@ -82,8 +87,12 @@ int serve_command(int argc, char** argv) {
     keys.erase(std::remove(keys.begin(), keys.end(), std::string()), keys.end());
     if (!a.str("api-key-file").empty()) {
       std::istringstream lines(read_text(a.str("api-key-file")));
-      for (std::string line; std::getline(lines, line);)
-        if (!line.empty()) keys.push_back(line);
+      // Surrounding whitespace (a CRLF file's \r, a stray space) is no part of a key, and a blank
+      // line is no key: kept, " " would let "authorization: Bearer  " through on gRPC.
+      for (std::string line; std::getline(lines, line);) {
+        const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+        if (b != std::string::npos) keys.push_back(line.substr(b, e - b + 1));
+      }
     }
     ApiKeys api_keys(keys);
     std::vector<std::string> dirs = a.all("model");
@@ -102,7 +111,8 @@ int serve_command(int argc, char** argv) {
       eo.cache_entries = static_cast<int>(a.integer("cache-entries"));
       eo.session_ttl_s = a.number("session-ttl");
       eo.on_step = metrics.add_model(served->model.id, served->model.config, served->mixers);
-      auto backend = make_backend(served->model, {a.str("backend"), a.integer("pool-bytes"), static_cast<int>(a.integer("threads"))});
+      auto backend = make_backend(served->model, {a.str("backend"), a.integer("pool-bytes"), a.number("gpu-memory-fraction"),
+                                                        static_cast<int>(a.integer("threads"))});
       served->backend = backend->name();
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);
       served->engine->start();

@@ -8,6 +8,7 @@
 #include "engine/safetensors.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -90,9 +91,15 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W*
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+// F16C through cpuid (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know it.
+bool have_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  static const bool yes =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
   return yes;
 }
 #else

@@ -180,6 +180,21 @@ TEST(ModelConfig, MessageNamesTheFileAndTheKey) {
   }
 }
 
+// Found by fuzz/fuzz_model_config (fuzz/corpus/model_config/number-overflow.json): a number
+// beyond double's range is nlohmann's out_of_range, not parse_error, and escaped as a bare
+// json exception instead of a ModelError naming the file.
+TEST(ModelConfig, NumberBeyondDoubleIsAModelErrorNamingTheFile) {
+  std::string text = base_config({{{"mixer", "retnet"}, {"heads", 4}}}).dump();
+  text.insert(text.rfind('}'), R"(,"embed_scale":1e405)");
+  try {
+    parse_model_config(text, "models/x/config.json");
+    FAIL() << "accepted";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("models/x/config.json: not valid JSON"), std::string::npos)
+        << e.what();
+  }
+}
+
 struct BadConfig {
   const char* what;
   std::function<void(json&)> edit;

@@ -105,6 +105,15 @@ TEST(Safetensors, ReadsBackF32F16AndBF16) {
   fs::remove(path);
 }
 
+// Found by fuzzing the loader's JSON path: a number beyond double's range in the header is
+// nlohmann's out_of_range, which escaped as a bare json exception instead of a ModelError.
+TEST(Safetensors, NumberBeyondDoubleInTheHeaderIsAModelError) {
+  const std::string path = temp_path("overflow.safetensors");
+  write_raw(path, R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", "abcd");
+  EXPECT_NE(open_error(path).find("header is not valid JSON"), std::string::npos)
+      << open_error(path);
+}
+
 TEST(Safetensors, MovedFileKeepsItsViews) {
   const std::string path = temp_path("move.safetensors");
   write_safetensors(path, {{"x", DType::kF32, {2}, bytes_of(std::vector<float>{3, 4})}});

@@ -47,6 +47,22 @@ TEST(Tokenizer, ByteFallbackForUnseenCharacters) {
   EXPECT_EQ(bytes, 3);
 }
 
+TEST(Tokenizer, TokenTextIsTheTokenAsItReadsInsideText) {
+  auto tok = kjv();
+  // " God" inside a sentence: the piece "▁God" keeps its space (decode alone would strip it).
+  const auto ids = tok->encode("In the beginning God");
+  std::string joined;
+  for (int32_t id : ids) joined += tok->token_text(id);
+  EXPECT_EQ(joined, " In the beginning God");  // sentencepiece's dummy prefix is a real space here
+  EXPECT_EQ(tok->token_text(ids.back()), " God");
+  // A byte that is not a character on its own is shown in OpenAI's "bytes:\\xNN" form.
+  const auto east = tok->encode("東");
+  EXPECT_EQ(tok->token_text(east.back()), "bytes:\\xb1");
+  EXPECT_EQ(tok->token_text(tok->encode("\t").back()), "\t");
+  EXPECT_EQ(tok->token_text(tok->eos_id()), "</s>");
+  EXPECT_THROW(tok->token_text(5000), std::out_of_range);
+}
+
 TEST(IncrementalDetokenizer, DeltasConcatenateToTheTextAndNeverSplitCharacters) {
   auto tok = kjv();
   const std::string prompt = "And he said";

@@ -81,7 +81,9 @@ TEST(Faults, DeadlinesEndRequestsWithTheRightStatus) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(wait_until([&] { return running(s) == 0; }, std::chrono::seconds(5)));
-  EXPECT_GE(finished(s, "deadline") + finished(s, "cancelled"), 2) << "both ended early, none ran to its end";
+  // The REST request always reaches the engine; the gRPC call may not: when its 3 ms pass before
+  // the handler runs (a slow build, e.g. ASan), gRPC answers DEADLINE_EXCEEDED itself.
+  EXPECT_GE(finished(s, "deadline") + finished(s, "cancelled"), 1) << "the REST request ended early";
   EXPECT_EQ(finished(s, "length"), 0);
 }
 

@@ -1,0 +1,114 @@
+// Pieces both GEMM kernels share (gemm.cu on CUDA cores, gemm_tensor_cores.cu on tensor cores):
+// the weight widening, the bias/activation/epilogue of one output, and the A-operand loader with
+// the fused layer norm. One definition, so both paths finish an output with the same code.
+#pragma once
+
+#include "kernels/gemm.cuh"
+
+namespace mixserve::cuda {
+
+// Tensor-core GEMM for a float16/bfloat16 matrix with DevMatrix::tensor_cores set; gemm() sends
+// every such call there, whatever M, so a row's bits never depend on the batch.
+void gemm_tensor_cores(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
+                       const GemmOut& out);
+// gemv.cu's kernel for M ≤ 8 (DevMatrix::small_batch_gemv): the tiled kernel's bits, fewer waits.
+bool gemv_applies(const DevMatrix& w, int M);
+void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
+                      const GemmOut& out);
+
+namespace gemm_parts {
+
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ float widen(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+__device__ __forceinline__ float activate(float v, Act act) {
+  switch (act) {
+    case Act::kRelu:
+      return fmaxf(v, 0.0f);
+    case Act::kGeluTanh: {
+      const float k = 0.7978845608028654f;
+      return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    }
+    case Act::kReluSquare:
+      return v > 0.0f ? v * v : 0.0f;
+    default:
+      return v;
+  }
+}
+
+// Bias, activation and epilogue of one output: the same code for every tile shape, with explicit
+// rounding (no contraction into FMAs that could differ between instantiations).
+__device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int r, int n,
+                                       float acc) {
+  float v = __fadd_rn(acc, bias ? bias[n] : 0.0f);
+  v = activate(v, o.act);
+  float* y = o.y + r * o.ldy + n;
+  switch (o.epi) {
+    case Epi::kStore:
+      *y = v;
+      break;
+    case Epi::kAdd:
+      *y = __fadd_rn(*y, v);
+      break;
+    case Epi::kMulAux:
+      *y = __fmul_rn(v, o.aux[r * o.ldaux + n]);
+      break;
+    case Epi::kAddMulAux:
+      *y = __fadd_rn(*y, __fmul_rn(v, o.aux[r * o.ldaux + n]));
+      break;
+    case Epi::kAddSigmoidMulAux:
+      *y = __fadd_rn(*y, __fmul_rn(o.aux[r * o.ldaux + n], sigmoidf_(v)));
+      break;
+  }
+}
+
+// Rows of x, layer-normed on load when in.ln_w is set (statistics in double, as the CPU does).
+struct PlainLoader {
+  GemmIn in;
+  int K;
+  float* mean;  // shared, [BM]
+  float* inv;
+
+  __device__ void bind(float* stats, int bm) {
+    mean = stats;
+    inv = stats + bm;
+  }
+  __device__ int prepare(int m0, int bm, int M) {
+    if (!in.ln_w) return K;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int i = warp; i < bm; i += warps) {
+      const int r = m0 + i;
+      if (r >= M) continue;
+      const float* x = row(r);
+      double s = 0;
+      for (int k = lane; k < K; k += 32) s += x[k];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      const double mu = s / K;
+      double v = 0;
+      for (int k = lane; k < K; k += 32) v += (x[k] - mu) * (x[k] - mu);
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) {
+        mean[i] = static_cast<float>(mu);
+        inv[i] = static_cast<float>(1.0 / sqrt(v / K + static_cast<double>(in.ln_eps)));
+      }
+    }
+    __syncthreads();
+    return K;
+  }
+  __device__ const float* row(int r) const { return in.x + (in.rows ? in.rows[r] : r) * in.ldx; }
+  __device__ float load(int i, int r, int k) const {
+    const float v = row(r)[k];
+    if (!in.ln_w) return v;
+    return fmaf((v - mean[i]) * inv[i], in.ln_w[k], in.ln_b ? in.ln_b[k] : 0.0f);
+  }
+};
+
+}  // namespace gemm_parts
+}  // namespace mixserve::cuda

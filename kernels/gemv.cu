@@ -1,0 +1,127 @@
+// The CUDA-core GEMM for M ≤ 8 rows (CudaBackendOptions::small_batch_gemv): batch-1 decode.
+// Why: the tiled kernel's 8×16 tile walks K in steps of 64, and each step waits for its loads —
+// at K = 512 (the FFN's second GEMM) eight memory round trips per block. Here a block takes 32
+// outputs for all M rows and fetches K in chunks of 128 at once (the weights with cp.async, the
+// rows — layer-normed on load — with plain loads meanwhile), the next chunk in flight while the
+// current one is summed: about one round trip per two chunks.
+//
+// Same bits as gemm.cu: every output is acc = fma(x[k], W[n, k], acc) for k = 0…K−1 from +0, with
+// the same loader (PlainLoader) and the same finish(); the tiled kernel's zero padding beyond K
+// adds fma(0, 0, acc) = acc exactly (acc starts at +0 and an FMA chain from +0 never gives −0).
+// So this kernel at M ≤ 8 and the tiled one at M > 8 keep a row's bits independent of the batch.
+#include <cuda_pipeline.h>
+
+#include "kernels/gemm_parts.cuh"
+
+namespace mixserve::cuda {
+
+namespace {
+
+using namespace gemm_parts;
+
+constexpr int kRows = 8;      // M ≤ kRows
+constexpr int kOutputs = 32;  // outputs per block: one warp's lanes
+constexpr int kThreads = kOutputs * kRows;
+constexpr int kChunk = 128;  // K per fetch; two fetches in flight (double buffer)
+
+// Shared weight rows are an odd number of 32-bit words apart (kChunk·size/4 + 1), so the 32 lanes
+// of a warp (32 rows, same k) read 32 distinct banks.
+template <typename WT>
+__host__ __device__ constexpr int row_words() {
+  return kChunk * static_cast<int>(sizeof(WT)) / 4 + 1;
+}
+// One stage: the weight rows, then the rows of A; sized for float32 weights (the largest).
+constexpr int kStageBytes = kOutputs * (kChunk + 1) * 4 + kRows * kChunk * 4;
+
+template <typename WT>
+__global__ void __launch_bounds__(kThreads)
+    gemv_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias, int M,
+                int N, int K, GemmOut out) {
+  __shared__ __align__(16) unsigned char smem[2 * kStageBytes];
+  __shared__ float stats[2 * kRows];
+  constexpr int words = row_words<WT>();
+  a.bind(stats, kRows);
+  a.prepare(0, kRows, M);
+  const int n0 = blockIdx.x * kOutputs;
+  const int lane = threadIdx.x % kOutputs, r = threadIdx.x / kOutputs;
+  const int n = n0 + lane;
+  const bool active = r < M && n < N;
+  const int rows_here = min(kOutputs, N - n0);
+  const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // K·size is a multiple of 4
+  const int64_t k_words = static_cast<int64_t>(K) * static_cast<int>(sizeof(WT)) / 4;
+  auto weights = [&](int chunk) {
+    return reinterpret_cast<uint32_t*>(smem + (chunk % 2) * kStageBytes);
+  };
+  auto rows = [&](int chunk) {
+    return reinterpret_cast<float*>(smem + (chunk % 2) * kStageBytes + kOutputs * words * 4);
+  };
+  // Chunk `chunk` into its buffer: the weight rows by cp.async (one commit group), the rows of A
+  // layer-normed by the threads.
+  auto fetch = [&](int chunk) {
+    const int c0 = chunk * kChunk, len = min(kChunk, K - c0);
+    const int len_words = len * static_cast<int>(sizeof(WT)) / 4;  // len is even for 16-bit weights
+    const int64_t c0_words = static_cast<int64_t>(c0) * static_cast<int>(sizeof(WT)) / 4;
+    uint32_t* ws = weights(chunk);
+    for (int e = threadIdx.x; e < rows_here * len_words; e += kThreads) {
+      const int j = e / len_words, w = e % len_words;
+      __pipeline_memcpy_async(&ws[j * words + w], &Wwords[(n0 + j) * k_words + c0_words + w], 4);
+    }
+    __pipeline_commit();
+    float* as = rows(chunk);
+    for (int e = threadIdx.x; e < M * len; e += kThreads)
+      as[(e / len) * kChunk + e % len] = a.load(e / len, e / len, c0 + e % len);
+  };
+  const int chunks = (K + kChunk - 1) / kChunk;
+  float acc = 0.0f;
+  fetch(0);
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    if (chunk + 1 < chunks) {
+      fetch(chunk + 1);  // its buffer was last read by chunk − 1, released by the barrier below
+      __pipeline_wait_prior(1);  // this chunk's weights have landed; the next may be in flight
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();  // every thread's copies and row stores of this chunk are visible
+    if (active) {
+      const int len = min(kChunk, K - chunk * kChunk);
+      const WT* wrow = reinterpret_cast<const WT*>(&weights(chunk)[lane * words]);
+      const float* arow = &rows(chunk)[r * kChunk];
+#pragma unroll 8
+      for (int k = 0; k < len; ++k) acc = __fmaf_rn(arow[k], widen(wrow[k]), acc);
+    }
+    __syncthreads();  // this chunk's buffer is free for chunk + 2
+  }
+  if (active) finish(out, bias, r, n, acc);
+}
+
+}  // namespace
+
+bool gemv_applies(const DevMatrix& w, int M) {
+  return w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows &&
+         (w.type == CudaWeightType::kF32 || w.k % 2 == 0);
+}
+
+void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
+                      const GemmOut& out) {
+  PlainLoader a{in, w.k, nullptr, nullptr};
+  const int blocks = ceil_div(w.n, kOutputs);
+  switch (w.type) {
+    case CudaWeightType::kF32:
+      gemv_kernel<float><<<blocks, kThreads, 0, stream>>>(a, static_cast<const float*>(w.w), w.bias,
+                                                          M, w.n, w.k, out);
+      break;
+    case CudaWeightType::kF16:
+      gemv_kernel<__half><<<blocks, kThreads, 0, stream>>>(a, static_cast<const __half*>(w.w),
+                                                           w.bias, M, w.n, w.k, out);
+      break;
+    case CudaWeightType::kBF16:
+      gemv_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
+          a, static_cast<const __nv_bfloat16*>(w.w), w.bias, M, w.n, w.k, out);
+      break;
+    case CudaWeightType::kAuto:
+      throw std::logic_error("unresolved weight type");
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mixserve::cuda

@@ -1,0 +1,74 @@
+#include "server/grpc_request.h"
+
+#include <algorithm>
+
+#include "engine/tokenizer.h"
+
+namespace mixserve {
+
+ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> timeout_s) {
+  ApiRequest api;
+  api.model = req.model();
+  if (req.has_prompt()) api.prompt_text = req.prompt();
+  if (req.has_prompt_ids()) api.prompt_ids = std::vector<int32_t>(req.prompt_ids().ids().begin(), req.prompt_ids().ids().end());
+  GenerateParams& p = api.params;
+  const auto clamp_u32 = [](uint32_t v) { return static_cast<int32_t>(std::min<uint32_t>(v, 1u << 30)); };
+  p.max_tokens = req.has_max_tokens() ? clamp_u32(req.max_tokens()) : 16;
+  p.sampling.temperature = req.has_temperature() ? req.temperature() : 1.0f;
+  p.sampling.top_k = req.has_top_k() ? clamp_u32(req.top_k()) : 0;
+  p.sampling.top_p = req.has_top_p() ? req.top_p() : 1.0f;
+  p.sampling.min_p = req.has_min_p() ? req.min_p() : 0.0f;
+  p.sampling.repetition_penalty = req.has_repetition_penalty() ? req.repetition_penalty() : 1.0f;
+  p.sampling.presence_penalty = req.has_presence_penalty() ? req.presence_penalty() : 0.0f;
+  p.sampling.frequency_penalty = req.has_frequency_penalty() ? req.frequency_penalty() : 0.0f;
+  if (req.has_seed()) p.seed = req.seed();
+  for (const auto& s : req.stop()) p.stop.push_back(s);
+  for (int32_t t : req.stop_token_ids()) p.stop_token_ids.push_back(t);
+  p.ignore_eos = req.ignore_eos();
+  p.sampling.logprobs = static_cast<int>(std::min<uint32_t>(req.logprobs(), 1000));
+  p.return_logprob = req.logprobs() > 0;
+  p.priority = req.priority();
+  p.session = req.session();
+  api.timeout_s = timeout_s;
+  return api;
+}
+
+v1::FinishReason to_proto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline: return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kError: return v1::FINISH_REASON_ERROR;
+    default: return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+void to_response(const TokenOutput& out, const std::string& request_id, const Tokenizer* tok,
+                 v1::GenerateResponse& res) {
+  res.Clear();
+  res.set_request_id(request_id);
+  if (out.token >= 0) res.add_token_ids(out.token);
+  res.set_text(out.text);
+  for (const auto& s : out.logprobs) {
+    auto* lp = res.add_logprobs();
+    lp->set_token_id(s.token);
+    lp->set_logprob(s.logprob);
+    for (const auto& [id, v] : s.top) {
+      auto* t = lp->add_top();
+      t->set_token_id(id);
+      t->set_logprob(v);
+      if (tok) t->set_text(tok->token_text(id));
+    }
+  }
+  if (out.finish == FinishReason::kNone) return;
+  res.set_finish_reason(to_proto(out.finish));
+  res.mutable_usage()->set_prompt_tokens(out.usage.prompt_tokens);
+  res.mutable_usage()->set_completion_tokens(out.usage.completion_tokens);
+  res.mutable_usage()->set_cached_tokens(out.usage.cached_tokens);
+  res.mutable_timing()->set_queue_seconds(out.timing.queue_s);
+  res.mutable_timing()->set_time_to_first_token_seconds(out.timing.ttft_s);
+  res.mutable_timing()->set_total_seconds(out.timing.e2e_s);
+}
+
+}  // namespace mixserve

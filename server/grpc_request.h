@@ -1,0 +1,26 @@
+// gRPC wire messages to and from the shared API shapes, without any gRPC runtime: the
+// service uses these, and so can tests and fuzzers.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "engine/request.h"
+#include "mixserve/v1/generation.pb.h"
+#include "server/api.h"
+
+namespace mixserve {
+
+class Tokenizer;
+
+// The request as the shared validation (ModelHub::submit) expects it; `timeout_s` comes from the
+// call's deadline. Out-of-range numbers are clamped so that validation reports them, never wraps.
+ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> timeout_s);
+
+// One streamed event as a response message; `tok` (may be null) names the top-logprob tokens.
+void to_response(const TokenOutput& out, const std::string& request_id, const Tokenizer* tok,
+                 v1::GenerateResponse& res);
+
+v1::FinishReason to_proto(FinishReason r);
+
+}  // namespace mixserve

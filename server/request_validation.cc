@@ -1,0 +1,87 @@
+// The request checks shared by both front ends (ModelHub::submit), apart from the hub so that
+// they can run without metrics, sockets or a running engine (tests, fuzz/).
+#include <chrono>
+
+#include "engine/tokenizer.h"
+#include "server/api.h"
+
+namespace mixserve {
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0xff >> (n + 1));
+    for (int k = 1; k < n; ++k) {
+      const unsigned char cc = s[i + k];
+      if ((cc >> 6) != 2) return false;
+      cp = cp << 6 | (cc & 0x3f);
+    }
+    // overlong forms, surrogates and code points past U+10FFFF are not UTF-8
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n;
+  }
+  return true;
+}
+
+std::optional<ApiError> validate_request(const ApiRequest& req, const ServedModel& served,
+                                         const ServerLimits& limits, GenerateParams& out) {
+  auto bad = [](std::string msg, std::string param = "") {
+    return ApiError{ApiCode::kInvalidArgument, std::move(msg), std::move(param)};
+  };
+  const ModelConfig& cfg = served.model.config;
+  GenerateParams p = req.params;
+  if (req.prompt_text.has_value() == req.prompt_ids.has_value())
+    return bad("give exactly one of prompt (text) or prompt token ids", "prompt");
+  if (req.prompt_text) {
+    const std::string& text = *req.prompt_text;
+    if (text.empty()) return bad("prompt is empty", "prompt");
+    if (static_cast<int64_t>(text.size()) > limits.max_prompt_chars)
+      return bad("prompt is " + std::to_string(text.size()) + " bytes; the limit is " +
+                     std::to_string(limits.max_prompt_chars),
+                 "prompt");
+    if (!valid_utf8(text)) return bad("prompt is not valid UTF-8", "prompt");
+    if (!served.model.tokenizer)
+      return bad("model \"" + served.model.id + "\" has no tokenizer.model; send token ids instead",
+                 "prompt");
+    p.prompt = served.model.tokenizer->encode(text);
+  } else {
+    p.prompt = *req.prompt_ids;
+    if (p.prompt.empty()) return bad("prompt token ids are empty", "prompt");
+  }
+  for (const std::string& s : p.stop)
+    if (!valid_utf8(s)) return bad("stop strings must be valid UTF-8", "stop");
+  const int64_t context = cfg.max_seq_len, prompt_len = static_cast<int64_t>(p.prompt.size());
+  if (prompt_len >= context)
+    return bad("the prompt has " + std::to_string(prompt_len) + " tokens; model \"" +
+                   served.model.id + "\" has a context of " + std::to_string(context) +
+                   " tokens, and at least one must be left to generate",
+               "prompt");
+  const int64_t cap = limits.max_tokens_cap > 0 ? limits.max_tokens_cap : context;
+  if (p.max_tokens < 1 || p.max_tokens > cap)
+    return bad("max_tokens must be between 1 and " + std::to_string(cap) + ", got " +
+                   std::to_string(p.max_tokens),
+               "max_tokens");
+  if (prompt_len + p.max_tokens > context)
+    return bad("this model's context is " + std::to_string(context) + " tokens, but " +
+                   std::to_string(prompt_len) + " prompt tokens + " + std::to_string(p.max_tokens) +
+                   " max_tokens = " + std::to_string(prompt_len + p.max_tokens),
+               "max_tokens");
+  if (req.timeout_s) {
+    if (!(*req.timeout_s > 0) || *req.timeout_s > 86400)
+      return bad("timeout must be in (0, 86400] seconds", "timeout");
+    p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(*req.timeout_s));
+  }
+  if (std::string err = served.engine->validate(p); !err.empty()) {
+    std::string param = err.substr(0, err.find(' '));
+    return bad(err, param == "prompt" ? "prompt" : param);
+  }
+  out = std::move(p);
+  return std::nullopt;
+}
+
+}  // namespace mixserve

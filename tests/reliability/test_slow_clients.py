@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""Slow clients on HTTP (server with --header-timeout 2 --body-timeout 2):
+- slowloris: 40 connections trickling their headers a byte at a time, and 40 trickling a body,
+  are each answered 408 and closed within the timeout (+ slack), while ordinary requests beside
+  them are served at once;
+- a slow SSE reader (tiny receive buffer, not reading) with a large stream backed up in the
+  server does not hold up 16 other streams; when it reads at last it gets every token;
+- a reader that never reads holds no engine state: its request finishes and its pages return
+  while its socket is still open and unread (its stream fits in the kernel's socket buffers, so
+  the server's 30 s cut-off for a pending write cannot be reached with one stream of the default
+  model's 128-token context).
+Then every request is accounted for and nothing leaks."""
+import asyncio
+import json
+import socket
+import subprocess
+import time
+
+import mixserve_clients as mc
+
+HEADER_TIMEOUT = BODY_TIMEOUT = 2.0
+SLACK = 1.5
+
+
+async def trickle(port, what):
+    """Sends a request a byte every 0.25 s; returns (seconds until the server answered, status)."""
+    body = json.dumps({"prompt": "And God said", "max_tokens": 2}).encode()
+    raw = mc.http_request("POST", "/v1/completions", body)
+    head_end = raw.index(b"\r\n\r\n") + 4
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    t0 = time.monotonic()
+    if what == "body":  # the whole header at once, then the body byte by byte
+        writer.write(raw[:head_end])
+        raw = raw[head_end:]
+
+    async def send():
+        for b in raw[:-1]:  # never complete: the server must give up first
+            writer.write(bytes([b]))
+            await writer.drain()
+            await asyncio.sleep(0.25)
+
+    sender = asyncio.ensure_future(send())
+    try:
+        answer = await asyncio.wait_for(reader.read(), 30)
+    finally:
+        sender.cancel()
+        writer.close()
+    took = time.monotonic() - t0
+    status = mc.parse_response(answer)[0] if answer else 0
+    return took, status, answer
+
+
+async def slowloris(port):
+    t0 = time.monotonic()
+    results = await asyncio.gather(*[trickle(port, "header" if i % 2 else "body") for i in range(80)])
+    problems = {}
+    for i, (took, status, answer) in enumerate(results):
+        what, limit = ("header", HEADER_TIMEOUT) if i % 2 else ("body", BODY_TIMEOUT)
+        if status != 408 or b"timeout_error" not in answer:
+            problems.setdefault(f"{what} trickle answered {status} {answer[:80]!r}", []).append(round(took, 2))
+        elif not limit - 0.2 <= took <= limit + SLACK:
+            problems.setdefault(f"{what} trickle cut off late (timeout {limit} s)", []).append(round(took, 2))
+    assert not problems, problems
+    print(f"80 trickling clients answered 408 within {max(r[0] for r in results):.2f} s ({time.monotonic() - t0:.2f} s)")
+
+
+async def ordinary_during(port, busy):
+    """Ordinary requests while `busy` runs: each must be served within 2 s."""
+    served = 0
+    while not busy.done():
+        t0 = time.monotonic()
+        finish, toks, _ = await mc.rest_stream(port, {"prompt": "In the beginning", "max_tokens": 4, "ignore_eos": True})
+        assert finish == "length" and len(toks) == 4
+        assert time.monotonic() - t0 < 2, f"an ordinary request took {time.monotonic() - t0:.2f} s beside slow clients"
+        served += 1
+        await asyncio.sleep(0.1)
+    return served
+
+
+def unread_bytes(port, local_port):
+    """Bytes queued in the server's send buffer plus the client's receive buffer for one connection."""
+    out = subprocess.run(["ss", "-tnH", "state", "established", f"( sport = :{port} and dport = :{local_port} ) or "
+                          f"( dport = :{port} and sport = :{local_port} )"], capture_output=True, text=True).stdout
+    return sum(int(line.split()[0]) + int(line.split()[1]) for line in out.splitlines() if line.strip())
+
+
+def open_unread_stream(port, max_tokens):
+    """A stream request with logprobs (large events) on a plain socket with a tiny receive buffer
+    that nobody reads (asyncio's streams would read ahead into the process)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.connect(("127.0.0.1", port))
+    body = {"prompt": "And God said", "max_tokens": max_tokens, "ignore_eos": True, "stream": True, "logprobs": 20,
+            "stream_options": {"include_usage": True}}
+    sock.sendall(mc.http_request("POST", "/v1/completions", json.dumps(body).encode()))
+    return sock, sock.getsockname()[1]
+
+
+def read_all(sock):
+    sock.settimeout(60)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    return data
+
+
+async def slow_reader(port):
+    sock, local = open_unread_stream(port, 120)
+    await asyncio.sleep(3)  # the server generates; the bytes back up
+    backed_up = unread_bytes(port, local)
+    t0 = time.monotonic()
+    others = await asyncio.gather(*[mc.rest_stream(port, {"prompt": "Let there be light", "max_tokens": 60, "ignore_eos": True})
+                                    for _ in range(16)])
+    took = time.monotonic() - t0
+    assert all(f == "length" and len(t) == 60 for f, t, _ in others)
+    print(f"16 streams of 60 tokens done in {took:.2f} s beside a stalled SSE reader with {backed_up} bytes backed up")
+    # its 2 KiB receive buffer full (and the rest queued in the server): the reader is stalled
+    assert backed_up >= 2048, f"only {backed_up} bytes backed up: the reader was not stalled"
+    assert took < 15
+    # now read everything: nothing was lost
+    data = await asyncio.get_running_loop().run_in_executor(None, read_all, sock)
+    status, _, body, complete = mc.parse_response(data)
+    finish, tokens, _ = mc.check_rest_stream(status, body, complete)
+    assert finish == "length" and len(tokens) == 120, (finish, len(tokens))
+    print("the slow reader then received all 120 tokens")
+    return 17
+
+
+async def main(binary):
+    with mc.Server(binary, mc.ROOT, "--cache-entries", "0", "--header-timeout", str(HEADER_TIMEOUT),
+                   "--body-timeout", str(BODY_TIMEOUT)) as server:
+        port = server.http_port
+        # A reader that never reads: its whole stream fits in the kernel's socket buffers, so the
+        # server finishes it and frees its state without waiting for the client (checked below,
+        # while its socket is still open and unread).
+        stalled, _ = open_unread_stream(port, 120)
+        busy = asyncio.ensure_future(slowloris(port))
+        served = await ordinary_during(port, busy)
+        await busy
+        print(f"{served} ordinary requests served during the slowloris")
+        assert served >= 3
+        completed = served + await slow_reader(port)
+        completed += await mc.serving(server)
+        # the stalled reader's request finished in the engine though its client never read
+        await mc.check_accounted(port, completed, 1, 1, early_reasons=())
+        stalled.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(mc.main_args()))
+    print("PASSED")
