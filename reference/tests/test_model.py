@@ -35,8 +35,13 @@ class ParallelEqualsRecurrent(unittest.TestCase):
         model, gen = make(kinds, seed, **kw)
         tokens = torch.randint(0, model.cfg.vocab_size, (3, T), generator=gen)
         par, rec, _ = run_both(model, tokens)
+        # 1e-5 of the logits' scale (max |logit|, at least 1): float32 rounding scales with the
+        # values, and which rounding a matmul gets depends on the CPU's BLAS kernels (AVX2 or
+        # AVX-512): retnet seed 1 differs by 1.4e-5 on logits up to 4.2 on an AVX-512 host.
         err = (par - rec).abs().max().item()
-        self.assertLess(err, TOL, f"{kinds} seed {seed}: max |parallel - recurrent| = {err:g}")
+        scale = max(1.0, par.abs().max().item())
+        self.assertLess(err, TOL * scale, f"{kinds} seed {seed}: max |parallel - recurrent| = {err:g}, "
+                        f"logits up to {scale:g}")
         self.assertGreater(par.std().item(), 0.1, "logits must not be degenerate")
 
     def test_every_mixer(self):
