@@ -6,22 +6,6 @@
 
 namespace mixserve {
 
-void ForwardBatch::add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state) {
-  if (row_start.empty()) row_start.push_back(0);
-  if (n == 1) tokens.push_back(*toks);  // a decode row: the common case, no block copy
-  else tokens.insert(tokens.end(), toks, toks + n);
-  row_start.push_back(static_cast<int32_t>(tokens.size()));
-  pos0.push_back(pos);
-  states.push_back(&state);
-}
-
-void ForwardBatch::clear() {
-  tokens.clear();
-  row_start.clear();
-  pos0.clear();
-  states.clear();
-}
-
 void Backend::forward_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
                                  std::vector<SampledToken>& tokens, double* sample_seconds) {
   forward(batch, sample_logits_);

@@ -27,8 +27,23 @@ struct ForwardBatch {
   bool all_logits = false;  // logits for every row, not only each sequence's last row
 
   int n_seq() const { return static_cast<int>(pos0.size()); }
-  void add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state);
-  void clear();
+  // Inline: the engine calls it for every running request on every step.
+  void add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state) {
+    if (row_start.empty()) row_start.push_back(0);
+    if (n == 1)
+      tokens.push_back(*toks);  // a decode row: the common case, no block copy
+    else
+      tokens.insert(tokens.end(), toks, toks + n);
+    row_start.push_back(static_cast<int32_t>(tokens.size()));
+    pos0.push_back(pos);
+    states.push_back(&state);
+  }
+  void clear() {
+    tokens.clear();
+    row_start.clear();
+    pos0.clear();
+    states.clear();
+  }
 };
 
 // One row whose next token the engine needs: which logits row of the forward pass (the sequence

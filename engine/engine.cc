@@ -11,25 +11,31 @@ namespace mixserve {
 
 // A request inside the engine: its parameters, its tokens (prompt, then generated), how many of
 // them the state covers, and its pages.
-struct Engine::Live {
-  // Read for every running request on every step: kept together at the front (one cache line).
+struct alignas(64) Engine::Live {
+  // Everything a decode step reads or writes for a running request, in the first two cache
+  // lines (with copies of the few parameters it needs), so that a step over 256 requests
+  // touches 256 × 2 lines of them and not the whole object.
   int32_t fed = 0, total = 0;  // tokens the state covers; tokens.size()
   int32_t end = 0;             // end of the chunk this step feeds
   int32_t priority = 0;
+  int32_t generated = 0, max_tokens = 0;
   bool done = false, cancelled = false, has_deadline = false, has_cached_logits = false;
-  Clock::time_point deadline;
+  bool ignore_eos = false, return_logprob = false, want_logprobs = false, has_stop_ids = false;
+  bool penalized = false;  // a penalty is on: history counts the tokens
+  uint64_t id = 0;
   SequenceState state;
-  // The rest.
-  uint64_t id = 0, arrival = 0;
-  GenerateParams p;
-  OutputSink sink;
   std::vector<int32_t> tokens;
-  int32_t n_prompt = 0, generated = 0, cached = 0;
+  OutputSink sink;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  // The rest.
+  Clock::time_point deadline;
+  uint64_t arrival = 0;
+  GenerateParams p;
+  int32_t n_prompt = 0, cached = 0;
   std::vector<float> cached_logits;  // a prefix-cache hit on the whole prompt: sample from these
   std::vector<float> swapped;        // host copy of the state while preempted by swapping
   std::vector<int32_t> swapped_pages_per_layer;
   TokenHistory history;
-  std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopMatcher> stop;
   Clock::time_point submitted, first_token;
   double queue_s = -1;
@@ -80,14 +86,23 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->submitted = Clock::now();
   if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   params.sampling.seed = *params.seed;
-  r->tokens = params.prompt;
+  // Room for every token the request can reach, so the engine thread never reallocates it.
+  r->tokens.reserve(std::min<int64_t>(model_.config.max_seq_len,
+                                      int64_t{params.max_tokens} + params.prompt.size()));
+  r->tokens.assign(params.prompt.begin(), params.prompt.end());
   r->n_prompt = r->total = static_cast<int32_t>(params.prompt.size());
   r->priority = params.priority;
+  r->max_tokens = params.max_tokens;
+  r->ignore_eos = params.ignore_eos;
+  r->return_logprob = params.return_logprob;
+  r->want_logprobs = params.sampling.logprobs > 0 || params.return_logprob;
+  r->has_stop_ids = !params.stop_token_ids.empty();
   r->has_deadline = params.deadline.has_value();
   if (r->has_deadline) r->deadline = *params.deadline;
   const SamplingParams& sp = params.sampling;
-  r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size),
-                  sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f);
+  r->penalized =
+      sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
+  r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size), r->penalized);
   if (model_.tokenizer) r->detok = std::make_unique<IncrementalDetokenizer>(*model_.tokenizer, params.prompt);
   r->stop = std::make_unique<StopMatcher>(params.stop);
   r->p = std::move(params);
@@ -224,6 +239,8 @@ void Engine::admit(int32_t budget) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
     Live& r = *waiting_.front();
     const int32_t total = static_cast<int32_t>(r.tokens.size());
+    const int64_t reserve_tokens =
+        std::min<int64_t>(model_.config.max_seq_len, int64_t{r.n_prompt} + r.p.max_tokens);
     const int32_t first_chunk = chunk_end(r.fed, total, opts_.prefill_chunk) - r.fed;
     if (first_chunk > budget && !running_.empty()) return;
     budget -= first_chunk;
@@ -247,12 +264,12 @@ void Engine::admit(int32_t budget) {
       const int64_t need_tokens = chunk_end(0, total, opts_.prefill_chunk);
       while (alloc_.pages_for(need_tokens) > pool_.free_count() && cache_.evict_one()) {
       }
-      if (!alloc_.admit(r.state, need_tokens)) {
+      if (!alloc_.admit(r.state, need_tokens, reserve_tokens)) {
         if (!running_.empty() || alloc_.pages_for(need_tokens) <= pool_.total()) return;  // wait
         finish(r, FinishReason::kError, "the request needs more state memory than the whole pool holds");
       }
     }
-    alloc_.reserve_tables(r.state, std::min<int64_t>(model_.config.max_seq_len, int64_t{r.n_prompt} + r.p.max_tokens));
+    alloc_.reserve_tables(r.state, reserve_tokens);  // swapped in or restored: not sized yet
     if (r.queue_s < 0) r.queue_s = std::chrono::duration<double>(Clock::now() - r.submitted).count();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -317,8 +334,10 @@ void Engine::finish(Live& r, FinishReason reason, const std::string& error, Toke
   if (r.state.allocated()) {
     if (normal && opts_.cache_entries > 0 && r.fed > 0) {  // keep the final state for the next turn
       const auto ttl = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.session_ttl_s));
-      cache_.adopt(std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.fed), std::move(r.state),
-                   r.p.session, Clock::now() + ttl);
+      std::vector<int32_t> covered =
+          std::move(r.tokens);  // the request is over: nothing reads them again
+      covered.resize(r.fed);
+      cache_.adopt(std::move(covered), std::move(r.state), r.p.session, Clock::now() + ttl);
       r.state = {};
     } else {
       alloc_.release(r.state);
@@ -343,20 +362,24 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   const int32_t token = sampled.token;
   ++r.generated;
   if (r.generated == 1) r.first_token = Clock::now();
-  r.history.add_output(token);
+  if (r.penalized) r.history.add_output(token);
   const ModelConfig& c = model_.config;
-  const bool eos = !r.p.ignore_eos && token == c.eos_id;
-  const bool stop_id = std::find(r.p.stop_token_ids.begin(), r.p.stop_token_ids.end(), token) != r.p.stop_token_ids.end();
+  const bool eos = !r.ignore_eos && token == c.eos_id;
+  const bool stop_id =
+      r.has_stop_ids && std::find(r.p.stop_token_ids.begin(), r.p.stop_token_ids.end(), token) !=
+                            r.p.stop_token_ids.end();
   if (eos || stop_id) return finish(r, FinishReason::kStop);
   TokenOutput out;
   out.request_id = r.id;
   out.token = token;
-  if (r.p.sampling.logprobs > 0 || r.p.return_logprob) out.logprobs.push_back(std::move(sampled));
+  if (r.want_logprobs) out.logprobs.push_back(std::move(sampled));
   if (r.detok) out.text = r.stop->feed(r.detok->push(token));
   r.tokens.push_back(token);
   r.total = static_cast<int32_t>(r.tokens.size());
-  const bool stopped = r.stop->stopped();
-  const bool length = r.generated >= r.p.max_tokens || static_cast<int64_t>(r.tokens.size()) >= c.max_seq_len;
+  const bool stopped =
+      r.detok && r.stop->stopped();  // stop strings match text: none without a tokenizer
+  const bool length =
+      r.generated >= r.max_tokens || static_cast<int64_t>(r.tokens.size()) >= c.max_seq_len;
   if (!stopped && !length) return r.sink(std::move(out));
   // The last token travels with the end (finish() adds whatever text was held back).
   finish(r, stopped ? FinishReason::kStop : FinishReason::kLength, "", std::move(out));
@@ -399,15 +422,22 @@ bool Engine::step() {
     Live* r = rp.get();
     if (expired(*r, t0)) continue;
     any_cached |= r->has_cached_logits;
-    if (r->fed >= r->total) continue;
-    r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
-    unplanned -= r->end - r->fed;
-    if (r->total - r->fed == 1 && r->end <= r->state.capacity_tokens && budget > 0) {
-      --budget;
-      kept.push_back(r);
+    const int32_t left = r->total - r->fed;
+    if (left <= 0) continue;
+    if (left == 1) {  // a decoder: its chunk is its last token
+      r->end = r->total;
+      --unplanned;
+      if (r->end <= r->state.capacity_tokens && budget > 0) {
+        --budget;
+        kept.push_back(r);
+      } else {
+        decoders.push_back(r);
+      }
       continue;
     }
-    (r->total - r->fed == 1 ? decoders : prefills).push_back(r);
+    r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
+    unplanned -= r->end - r->fed;
+    prefills.push_back(r);
   }
   expire(t0);
   const size_t before = running_.size();
@@ -462,8 +492,8 @@ bool Engine::step() {
     for (size_t i = 0; i < kept.size(); ++i) {
       const Live& r = *kept[i];
       if (r.end == r.total)
-        rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history, static_cast<uint64_t>(r.generated),
-                        r.p.return_logprob});
+        rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
+                        static_cast<uint64_t>(r.generated), r.return_logprob});
     }
     double sample_s = 0;
     backend_->forward_and_sample(batch, rows, sampled_tokens_, &sample_s);
@@ -472,7 +502,7 @@ bool Engine::step() {
     report.sequences = static_cast<int>(kept.size());
     report.batch = &batch;
     report.mixer_seconds = &backend_->mixer_seconds();
-    std::vector<std::pair<Live*, SampledToken>>& sampled = sampled_;
+    std::vector<std::pair<Live*, size_t>>& sampled = sampled_;  // and the index of its token
     sampled.clear();
     size_t next = 0;
     for (size_t i = 0; i < kept.size(); ++i) {
@@ -484,9 +514,9 @@ bool Engine::step() {
         backend_->logits_row(static_cast<int32_t>(i), logits_.data());
         cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
       }
-      sampled.emplace_back(&r, std::move(sampled_tokens_[next++]));
+      sampled.emplace_back(&r, next++);
     }
-    for (auto& [r, token] : sampled) emit_token(*r, std::move(token));
+    for (auto& [r, token] : sampled) emit_token(*r, std::move(sampled_tokens_[token]));
   }
   remove_finished();
   const auto now = Clock::now();

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 namespace mixserve {
@@ -18,14 +20,24 @@ class PagePool {
   void retain(const std::vector<int32_t>& pages);   // one more holder of each page
   void release(const std::vector<int32_t>& pages);  // one holder fewer; free at zero
 
-  int32_t total() const { return static_cast<int32_t>(refs_.size()); }
-  int32_t free_count() const { return static_cast<int32_t>(free_.size()); }
-  int32_t used() const { return total() - free_count(); }
+  int32_t total() const { return total_; }
+  int32_t free_count() const { return free_count_; }
+  int32_t used() const { return total_ - free_count_; }
   int32_t refcount(int32_t page) const { return refs_[page]; }
 
  private:
-  std::vector<int32_t> free_;
-  std::vector<int32_t> refs_;
+  // Both arrays hold an int per page of the pool (millions of them), and a cache entry's pages
+  // lie in scattered runs of them: in 4 KiB pages nearly every run is a TLB miss, so they are
+  // placed in transparent huge pages where the kernel allows it.
+  struct FreeDeleter {
+    void operator()(int32_t* p) const { std::free(p); }
+  };
+  using Ints = std::unique_ptr<int32_t[], FreeDeleter>;
+  static Ints huge_ints(int64_t n);
+
+  int32_t total_ = 0, free_count_ = 0;
+  Ints free_;  // [total_]: free page ids, the first free_count_ of them
+  Ints refs_;  // [total_]: holders of each page (0: free)
 };
 
 }  // namespace mixserve

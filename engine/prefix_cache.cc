@@ -15,7 +15,8 @@ uint64_t PrefixCache::extend_hash(uint64_t h, int32_t token) {  // FNV-1a over t
 std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vector<int32_t>& tokens, int64_t max_len,
                                                                 int64_t min_len, const std::string& session) {
   const int64_t limit = std::min<int64_t>(max_len, static_cast<int64_t>(tokens.size()));
-  std::vector<uint64_t> hashes(limit + 1);
+  std::vector<uint64_t>& hashes = hashes_;  // reused: find runs for every admission and finish
+  hashes.resize(limit + 1);
   hashes[0] = kHashSeed;
   for (int64_t i = 0; i < limit; ++i) hashes[i + 1] = extend_hash(hashes[i], tokens[i]);
   for (int64_t n = limit; n >= std::max<int64_t>(min_len, 1); --n) {
@@ -141,6 +142,9 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
 }
 
 PrefixCache::Entries::iterator PrefixCache::insert(std::unique_ptr<CacheEntry> e) {
+  e->pages = 0;
+  for (const auto& lp : e->state.layer_pages) e->pages += static_cast<int32_t>(lp.size());
+  stats_.pages += e->pages;
   plain_.push_front(std::move(e));
   by_hash_.emplace(plain_.front()->hash, plain_.begin());
   return plain_.begin();
@@ -187,6 +191,7 @@ void PrefixCache::remove(Entries::iterator it) {
       }
   }
   if (e.state.allocated()) alloc_.release(e.state);
+  stats_.pages -= e.pages;
   list_of(e).erase(it);
 }
 
@@ -226,11 +231,7 @@ PrefixCacheStats PrefixCache::stats() const {
   PrefixCacheStats s = stats_;
   s.entries = static_cast<int>(plain_.size() + sessions_.size());
   s.sessions = static_cast<int>(sessions_.size());
-  s.pages = 0;
-  for (const Entries* list : {&plain_, &sessions_})
-    for (const auto& e : *list)
-      for (const auto& lp : e->state.layer_pages) s.pages += static_cast<int32_t>(lp.size());
-  return s;
+  return s;  // s.pages is counted as entries come and go: summing here walked every entry's pages
 }
 
 void PrefixCache::for_each_entry(const std::function<void(const CacheEntry&)>& fn) const {

@@ -35,11 +35,12 @@ struct CacheEntry {
   std::string session;          // pinned under this id until `expires`
   Clock::time_point expires;
   uint64_t hash = 0;
+  int32_t pages = 0;  // pages in state (counted into the cache's total at insert)
 };
 
 struct PrefixCacheStats {
   int entries = 0, sessions = 0;
-  int32_t pages = 0;  // pages held only by the cache
+  int32_t pages = 0;  // pages in entries' states (a page an entry shares counts there too)
   uint64_t hits = 0, misses = 0, hit_tokens = 0, evictions = 0;
 };
 
@@ -96,7 +97,8 @@ class PrefixCache {
   std::unordered_multimap<uint64_t, Entries::iterator> by_hash_;  // hash of (n, tokens[0:n])
   std::unordered_map<std::string, Entries::iterator> by_session_;
   std::multimap<Clock::time_point, CacheEntry*> expiry_;  // sessions by the end of their TTL
-  PrefixCacheStats stats_;
+  std::vector<uint64_t> hashes_;                          // find()'s prefix hashes
+  PrefixCacheStats stats_;  // counters; stats_.pages kept up to date at insert and remove
 };
 
 }  // namespace mixserve

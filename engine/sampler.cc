@@ -34,12 +34,6 @@ void TokenHistory::init(const std::vector<int32_t>& prompt, int vocab_size, bool
     if (t >= 0 && t < vocab_size) seen[t] = 1;
 }
 
-void TokenHistory::add_output(int32_t token) {
-  if (token < 0 || token >= static_cast<int32_t>(seen.size())) return;  // not tracked
-  if (output_counts[token]++ == 0) output_tokens.push_back(token);
-  seen[token] = 1;
-}
-
 namespace {
 uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

@@ -33,7 +33,11 @@ struct TokenHistory {
   std::vector<int32_t> output_tokens;  // the distinct generated tokens, in first-seen order
   std::vector<char> seen;              // [vocab] prompt or output token seen (repetition penalty)
   void init(const std::vector<int32_t>& prompt, int vocab_size, bool track = true);
-  void add_output(int32_t token);
+  void add_output(int32_t token) {  // inline: called for every generated token
+    if (token < 0 || token >= static_cast<int32_t>(seen.size())) return;  // not tracked
+    if (output_counts[token]++ == 0) output_tokens.push_back(token);
+    seen[token] = 1;
+  }
 };
 
 struct SampledToken {

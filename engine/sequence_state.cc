@@ -14,10 +14,11 @@ int32_t StateAllocator::pages_for(int64_t tokens) const {
   return n;
 }
 
-bool StateAllocator::admit(SequenceState& s, int64_t tokens) {
+bool StateAllocator::admit(SequenceState& s, int64_t tokens, int64_t reserve_tokens) {
   const int L = backend_.config().n_layers;
   if (pages_for(tokens) > pool_.free_count()) return false;
   s.layer_pages.assign(L, {});
+  reserve_tables(s, std::max(tokens, reserve_tokens));
   for (int l = 0; l < L; ++l) {
     pool_.allocate(layer_pages_for(l, tokens), s.layer_pages[l]);
     backend_.init_state(l, s.layer_pages[l]);

@@ -25,9 +25,9 @@ class StateAllocator {
   int32_t layer_pages_for(int layer, int64_t tokens) const;
   // Pages a fresh sequence needs for `tokens` tokens, over all layers.
   int32_t pages_for(int64_t tokens) const;
-  // Allocates and initialises a fresh state for `tokens` tokens; false (nothing taken) if the
-  // pool is short.
-  bool admit(SequenceState& s, int64_t tokens);
+  // Allocates and initialises a fresh state for `tokens` tokens, with page lists sized for
+  // reserve_tokens (see reserve_tables); false (nothing taken) if the pool is short.
+  bool admit(SequenceState& s, int64_t tokens, int64_t reserve_tokens = 0);
   // Makes room for `tokens` tokens in total; false (nothing taken) if the pool is short.
   bool grow(SequenceState& s, int64_t tokens);
   // Sizes the page lists of the growing layers for `tokens` tokens (no pages taken), so that
