@@ -57,7 +57,7 @@ void StateAllocator::reserve_tables(SequenceState& s, int64_t tokens) {
 }
 
 void StateAllocator::release(SequenceState& s) {
-  for (auto& pages : s.layer_pages) pool_.release(pages);
+  pool_.release(s.layer_pages);
   s.layer_pages.clear();
   s.capacity_tokens = 0;
 }
