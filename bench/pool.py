@@ -1,5 +1,6 @@
 """State-pool benchmarks (issue P0-3) on the CPU backend, written to bench/results/:
-  - host scheduling overhead per step at 256 running requests (null backend)
+  - host scheduling overhead per step at 256 running requests (null backend), with request
+    turnover and decode only (bench/scheduler_ab.py compares two builds of it side by side)
   - TTFT of a repeated 512-token prompt with and without the prefix cache
   - pool efficiency (live / allocated state) for a hybrid model mix
 
@@ -34,11 +35,13 @@ def hybrid_model(path):
 
 def main():
     model = hybrid_model("/tmp/mixserve-bench-models/hybrid-1024")
-    print("[1/2] scheduler overhead, null backend, 256 running", flush=True)
-    sched = json.loads(subprocess.run([os.path.join(BIN, "mixserve-sched-bench")], check=True, capture_output=True,
-                                      text=True).stdout)
-    print(json.dumps(sched, indent=1))
-    print("[2/2] prefix-cache TTFT and pool efficiency, CPU backend", flush=True)
+    sched = {}
+    for i, (mode, max_tokens) in enumerate([("turnover", "128"), ("decode_only", "1000000")]):
+        print(f"[{i + 1}/3] scheduler overhead, null backend, 256 running, {mode}", flush=True)
+        sched[mode] = json.loads(subprocess.run([os.path.join(BIN, "mixserve-sched-bench"), "--max-tokens", max_tokens],
+                                                check=True, capture_output=True, text=True).stdout)
+        print(json.dumps(sched[mode], indent=1))
+    print("[3/3] prefix-cache TTFT and pool efficiency, CPU backend", flush=True)
     pool = json.loads(subprocess.run([os.path.join(BIN, "mixserve-pool-bench"), "--model", model, "--threads", "2"],
                                      check=True, capture_output=True, text=True).stdout)
     print(json.dumps(pool, indent=1))
