@@ -98,4 +98,44 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
+double rel_diff(const float* a, const float* b, const float* ref, size_t n) {
+  double scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
+  return max_abs_diff(a, b, n) / scale;
+}
+
+std::string batch_invariance_failure(Runner& run, std::mt19937& rng, int batch, bool mixed,
+                                     int max_history, int every) {
+  const int V = static_cast<int>(run.backend.config().vocab_size);
+  auto token = [&] { return std::uniform_int_distribution<int>(0, V - 1)(rng); };
+  std::vector<SequenceState> seqs(batch);
+  std::vector<std::vector<int32_t>> history(batch), step(batch);
+  std::vector<SequenceState*> ptrs;
+  std::vector<int> pos;
+  for (int s = 0; s < batch; ++s) {
+    const int len = std::uniform_int_distribution<int>(0, max_history)(rng);
+    for (int i = 0; i < len; ++i) history[s].push_back(token());
+    const int n = mixed && s % 3 == 0 ? std::uniform_int_distribution<int>(2, 9)(rng) : 1;
+    for (int i = 0; i < n; ++i) step[s].push_back(token());
+    if (!history[s].empty()) run.forward({&seqs[s]}, {history[s]}, {0}, false);
+    ptrs.push_back(&seqs[s]);
+    pos.push_back(len);
+  }
+  const std::vector<float> together = run.forward(ptrs, step, pos, false);
+  std::string failure;
+  for (int s = 0; s < batch && failure.empty(); s += every) {
+    SequenceState alone;
+    std::vector<int32_t> all = history[s];
+    all.insert(all.end(), step[s].begin(), step[s].end());
+    const std::vector<float> solo = run.forward({&alone}, {all}, {0}, false);
+    if (std::memcmp(solo.data(), &together[int64_t{s} * V], V * sizeof(float)) != 0)
+      failure = std::string(mixed ? "mixed" : "decode") + " batch of " + std::to_string(batch) +
+                ": sequence " + std::to_string(s) + " differs alone, max diff " +
+                std::to_string(max_abs_diff(solo.data(), &together[int64_t{s} * V], V));
+    run.alloc.release(alone);
+  }
+  for (auto& s : seqs) run.alloc.release(s);
+  return failure;
+}
+
 }  // namespace mixserve::testing

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -47,5 +48,14 @@ struct Runner {
 
 // Largest |a - b|; also fails (returns +inf) on size mismatch or NaN.
 double max_abs_diff(const float* a, const float* b, size_t n);
+// max |a − b| / max |ref|: a difference relative to the scale of a row of logits.
+double rel_diff(const float* a, const float* b, const float* ref, size_t n);
+
+// Batch invariance, bit for bit: `batch` sequences, each with a random history of 0..max_history
+// tokens (rng-drawn), take one step together — one token each, or (mixed) 2..9 tokens for every
+// third — and every `every`-th sequence's logits must equal those it gets alone from position 0.
+// Empty when they all do, else what differed. Frees every page it took.
+std::string batch_invariance_failure(Runner& run, std::mt19937& rng, int batch, bool mixed,
+                                     int max_history, int every = 1);
 
 }  // namespace mixserve::testing
