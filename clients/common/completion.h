@@ -81,7 +81,7 @@ struct ModelInfo {
   std::string id;
   std::vector<std::string> mixers;  // one per layer
   uint32_t context_length = 0;
-  uint32_t vocab_size = 0;          // 0 when the server does not say (REST)
+  uint32_t vocab_size = 0;          // 0 when the server does not say
   std::string backend, format;
 };
 

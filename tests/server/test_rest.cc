@@ -91,6 +91,9 @@ TEST_F(Rest, ModelsHealthReadyMetricsAndPlayground) {
   ASSERT_EQ(j["data"].size(), 2u);
   EXPECT_EQ(j["data"][1]["id"], "hybrid_a");
   EXPECT_EQ(j["data"][1]["mixers"], json::array({"she", "attention", "rwkv", "me"}));
+  EXPECT_EQ(j["data"][1]["vocab_size"], 97);  // token-id prompts must stay below it
+  EXPECT_EQ(j["data"][0]["vocab_size"], 5000);
+  EXPECT_EQ(j["data"][0]["max_model_len"], 128);
   EXPECT_EQ(curl(url("/health")).status, 200);
   EXPECT_EQ(curl(url("/ready")).status, 200);
   auto metrics = curl(url("/metrics"));
