@@ -49,6 +49,8 @@ Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, Engin
       alloc_(*backend_, pool_),
       cache_(alloc_, opts.cache_entries) {
   opts_.step_token_budget = std::max(opts_.step_token_budget, opts_.prefill_chunk);
+  stats_.max_running = opts_.max_batch;
+  stats_.max_queue = opts_.max_queue;
   for (const StateLayout& l : backend_->state_layouts()) {
     const bool ring = std::any_of(l.tensors.begin(), l.tensors.end(),
                                   [](const StateTensor& t) { return t.name.rfind("ring", 0) == 0; });

@@ -55,6 +55,7 @@ struct SubmitResult {
 
 struct EngineStats {
   int running = 0, waiting = 0;
+  int max_running = 0, max_queue = 0;  // the limits (EngineOptions max_batch, max_queue)
   int32_t pages_used = 0, pages_total = 0;
   uint64_t steps = 0, preemptions = 0, finished = 0;
   // Pool accounting by state kind (pages held by running requests) and how much of what is

@@ -37,8 +37,8 @@ auto& family(prometheus::Registry& r, const std::string& name, const std::string
 struct Metrics::ModelSeries {
   prometheus::Histogram *ttft, *itl, *e2e, *queue, *prefill_step, *decode_step, *batch, *prompt_len, *gen_len;
   prometheus::Counter *prompt_tokens, *gen_tokens, *preemptions, *cache_hits, *cache_hit_tokens;
-  prometheus::Gauge *running, *waiting, *pages_used, *pages_total, *pages_constant, *pages_ring, *pages_kv, *efficiency,
-      *sessions, *cache_entries;
+  prometheus::Gauge *running, *waiting, *max_running, *max_queue, *pages_used, *pages_total,
+      *pages_constant, *pages_ring, *pages_kv, *efficiency, *sessions, *cache_entries;
   std::map<std::string, prometheus::Counter*> finished;  // by finish reason
   std::vector<prometheus::Histogram*> mixer_step;         // per layer
   std::vector<std::array<prometheus::Counter*, 4>> ops;   // per layer: mul, add, div, exp
@@ -48,34 +48,69 @@ struct Metrics::ModelSeries {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      ttft_(family<Histogram>(*registry_, "mixserve_time_to_first_token_seconds", "Time from arrival to the first generated token")),
-      itl_(family<Histogram>(*registry_, "mixserve_inter_token_latency_seconds", "Time between consecutive generated tokens of a request")),
-      e2e_(family<Histogram>(*registry_, "mixserve_e2e_request_latency_seconds", "Time from arrival to the last token")),
-      queue_(family<Histogram>(*registry_, "mixserve_request_queue_time_seconds", "Time a request waited before it was admitted")),
-      prefill_step_(family<Histogram>(*registry_, "mixserve_prefill_step_seconds", "Engine steps that ran prompt (prefill) rows")),
-      decode_step_(family<Histogram>(*registry_, "mixserve_decode_step_seconds", "Engine steps that ran only decode rows")),
+      ttft_(family<Histogram>(*registry_, "mixserve_time_to_first_token_seconds",
+                              "Time from arrival to the first generated token")),
+      itl_(family<Histogram>(*registry_, "mixserve_inter_token_latency_seconds",
+                             "Time between consecutive generated tokens of a request")),
+      e2e_(family<Histogram>(*registry_, "mixserve_e2e_request_latency_seconds",
+                             "Time from arrival to the last token")),
+      queue_(family<Histogram>(*registry_, "mixserve_request_queue_time_seconds",
+                               "Time a request waited before it was admitted")),
+      prefill_step_(family<Histogram>(*registry_, "mixserve_prefill_step_seconds",
+                                      "Engine steps that ran prompt (prefill) rows")),
+      decode_step_(family<Histogram>(*registry_, "mixserve_decode_step_seconds",
+                                     "Engine steps that ran only decode rows")),
       batch_(family<Histogram>(*registry_, "mixserve_batch_size", "Sequences in an engine step")),
-      prompt_len_(family<Histogram>(*registry_, "mixserve_request_prompt_tokens", "Prompt tokens per request")),
-      gen_len_(family<Histogram>(*registry_, "mixserve_request_generation_tokens", "Generated tokens per request")),
-      mixer_step_(family<Histogram>(*registry_, "mixserve_mixer_step_seconds", "Measured time of one layer's mixer in an engine step")),
-      prompt_tokens_(family<prometheus::Counter>(*registry_, "mixserve_prompt_tokens_total", "Prompt tokens of finished requests")),
-      gen_tokens_(family<prometheus::Counter>(*registry_, "mixserve_generation_tokens_total", "Generated tokens")),
-      requests_(family<prometheus::Counter>(*registry_, "mixserve_requests_total", "Finished requests by finish reason")),
-      rejected_(family<prometheus::Counter>(*registry_, "mixserve_requests_rejected_total", "Requests refused before queueing, by reason")),
-      preemptions_(family<prometheus::Counter>(*registry_, "mixserve_preemptions_total", "Requests preempted because the state pool ran out")),
-      cache_hits_(family<prometheus::Counter>(*registry_, "mixserve_prefix_cache_hits_total", "Requests that started from a cached prefix")),
-      cache_hit_tokens_(family<prometheus::Counter>(*registry_, "mixserve_prefix_cache_hit_tokens_total", "Prompt tokens whose prefill the prefix cache saved")),
-      mixer_ops_(family<prometheus::Counter>(*registry_, "mixserve_mixer_ops_total", "Analytic operations of each layer's mixer (cost model), by op")),
-      http_(family<prometheus::Counter>(*registry_, "mixserve_http_responses_total", "REST responses by path and status")),
-      running_(family<prometheus::Gauge>(*registry_, "mixserve_requests_running", "Requests in the running batch")),
-      waiting_(family<prometheus::Gauge>(*registry_, "mixserve_requests_waiting", "Requests waiting for admission")),
-      pages_used_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_pages_used", "State-pool pages in use")),
-      pages_total_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_pages_total", "State-pool pages")),
-      pages_kind_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_pages", "Pages held by running requests, by state kind")),
-      efficiency_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_efficiency", "Live state / allocated state of running requests")),
-      sessions_(family<prometheus::Gauge>(*registry_, "mixserve_sessions_cached", "Named sessions whose state is kept")),
-      cache_entries_(family<prometheus::Gauge>(*registry_, "mixserve_prefix_cache_entries", "Prefix-cache entries (sessions included)")),
-      critical_path_(family<prometheus::Gauge>(*registry_, "mixserve_mixer_critical_path_depth", "Stages on each layer's critical path (cost model)")) {}
+      prompt_len_(family<Histogram>(*registry_, "mixserve_request_prompt_tokens",
+                                    "Prompt tokens per request")),
+      gen_len_(family<Histogram>(*registry_, "mixserve_request_generation_tokens",
+                                 "Generated tokens per request")),
+      mixer_step_(family<Histogram>(*registry_, "mixserve_mixer_step_seconds",
+                                    "Measured time of one layer's mixer in an engine step")),
+      prompt_tokens_(family<prometheus::Counter>(*registry_, "mixserve_prompt_tokens_total",
+                                                 "Prompt tokens of finished requests")),
+      gen_tokens_(family<prometheus::Counter>(*registry_, "mixserve_generation_tokens_total",
+                                              "Generated tokens")),
+      requests_(family<prometheus::Counter>(*registry_, "mixserve_requests_total",
+                                            "Finished requests by finish reason")),
+      rejected_(family<prometheus::Counter>(*registry_, "mixserve_requests_rejected_total",
+                                            "Requests refused before queueing, by reason")),
+      preemptions_(
+          family<prometheus::Counter>(*registry_, "mixserve_preemptions_total",
+                                      "Requests preempted because the state pool ran out")),
+      cache_hits_(family<prometheus::Counter>(*registry_, "mixserve_prefix_cache_hits_total",
+                                              "Requests that started from a cached prefix")),
+      cache_hit_tokens_(
+          family<prometheus::Counter>(*registry_, "mixserve_prefix_cache_hit_tokens_total",
+                                      "Prompt tokens whose prefill the prefix cache saved")),
+      mixer_ops_(family<prometheus::Counter>(
+          *registry_, "mixserve_mixer_ops_total",
+          "Analytic operations of each layer's mixer (cost model), by op")),
+      http_(family<prometheus::Counter>(*registry_, "mixserve_http_responses_total",
+                                        "REST responses by path and status")),
+      running_(family<prometheus::Gauge>(*registry_, "mixserve_requests_running",
+                                         "Requests in the running batch")),
+      waiting_(family<prometheus::Gauge>(*registry_, "mixserve_requests_waiting",
+                                         "Requests waiting for admission")),
+      max_running_(family<prometheus::Gauge>(*registry_, "mixserve_requests_max_running",
+                                             "Running-batch limit (--max-batch)")),
+      max_queue_(family<prometheus::Gauge>(*registry_, "mixserve_requests_max_queue",
+                                           "Waiting-request limit (--max-queue); beyond it 429")),
+      pages_used_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_pages_used",
+                                            "State-pool pages in use")),
+      pages_total_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_pages_total",
+                                             "State-pool pages")),
+      pages_kind_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_pages",
+                                            "Pages held by running requests, by state kind")),
+      efficiency_(family<prometheus::Gauge>(*registry_, "mixserve_state_pool_efficiency",
+                                            "Live state / allocated state of running requests")),
+      sessions_(family<prometheus::Gauge>(*registry_, "mixserve_sessions_cached",
+                                          "Named sessions whose state is kept")),
+      cache_entries_(family<prometheus::Gauge>(*registry_, "mixserve_prefix_cache_entries",
+                                               "Prefix-cache entries (sessions included)")),
+      critical_path_(
+          family<prometheus::Gauge>(*registry_, "mixserve_mixer_critical_path_depth",
+                                    "Stages on each layer's critical path (cost model)")) {}
 
 Metrics::~Metrics() = default;
 
@@ -99,6 +134,8 @@ std::function<void(const StepReport&)> Metrics::add_model(const std::string& mod
   s->cache_hit_tokens = &cache_hit_tokens_.Add(m);
   s->running = &running_.Add(m);
   s->waiting = &waiting_.Add(m);
+  s->max_running = &max_running_.Add(m);
+  s->max_queue = &max_queue_.Add(m);
   s->pages_used = &pages_used_.Add(m);
   s->pages_total = &pages_total_.Add(m);
   s->pages_constant = &pages_kind_.Add({{"model", model}, {"kind", "constant"}});
@@ -195,6 +232,8 @@ std::string Metrics::render(const ModelHub& hub) {
     ModelSeries& s = series(m->model.id);
     s.running->Set(st.running);
     s.waiting->Set(st.waiting);
+    s.max_running->Set(st.max_running);
+    s.max_queue->Set(st.max_queue);
     s.pages_used->Set(st.pages_used);
     s.pages_total->Set(st.pages_total);
     s.pages_constant->Set(st.pages_constant);

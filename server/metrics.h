@@ -46,8 +46,9 @@ class Metrics {
       &prompt_len_, &gen_len_, &mixer_step_;
   prometheus::Family<prometheus::Counter>&prompt_tokens_, &gen_tokens_, &requests_, &rejected_, &preemptions_,
       &cache_hits_, &cache_hit_tokens_, &mixer_ops_, &http_;
-  prometheus::Family<prometheus::Gauge>&running_, &waiting_, &pages_used_, &pages_total_, &pages_kind_, &efficiency_,
-      &sessions_, &cache_entries_, &critical_path_;
+  prometheus::Family<prometheus::Gauge>&running_, &waiting_, &max_running_, &max_queue_,
+      &pages_used_, &pages_total_, &pages_kind_, &efficiency_, &sessions_, &cache_entries_,
+      &critical_path_;
   std::mutex mu_;  // guards models_ (registration) and the last-seen engine counters
   std::map<std::string, std::unique_ptr<ModelSeries>> models_;
 };
