@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   a.flag("vocab", "16", "vocabulary size (sampling cost grows with it)");
   a.flag("max-tokens", "128", "tokens per request before it is replaced by a new one");
   a.flag("windows", "5", "timed windows (the median window is reported)");
+  a.flag("page-rows", "1", "pages of this many d-float rows (1: the backends' default page)");
   a.flag("out", "", "write the result to this JSON file");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err) || a.help_requested()) {
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
   EngineOptions opts;
   opts.max_batch = running;
   opts.step_token_budget = 4096;
-  Engine engine(model, std::make_unique<NullBackend>(c, int64_t{8} << 30), opts);
+  const int32_t page_floats = static_cast<int32_t>(a.integer("page-rows") * c.d_model);
+  Engine engine(model, std::make_unique<NullBackend>(c, int64_t{8} << 30, page_floats), opts);
   // Steady state: every request decodes max-tokens tokens, and each one that finishes is
   // replaced by a new one, so admission, prefill and retirement are part of what is measured.
   uint64_t events = 0, finished = 0;
@@ -136,7 +138,9 @@ int main(int argc, char** argv) {
             {"events", events},
             {"requests_finished", finished},
             {"max_tokens", max_tokens},
-            {"preemptions", end.preemptions}});
+            {"preemptions", end.preemptions},
+            {"page_floats", page_floats},
+            {"pool_efficiency", end.pool_efficiency}});
   nlohmann::json all = nlohmann::json::array();
   for (const auto& w : rows) all.push_back(w["host_us"]);
   r["host_us_by_window"] = all;

@@ -4,8 +4,10 @@
 
 namespace mixserve {
 
-NullBackend::NullBackend(const ModelConfig& cfg, int64_t pool_bytes)
-    : cfg_(cfg), total_pages_(static_cast<int32_t>(pool_bytes / (4 * cfg.d_model))) {
+NullBackend::NullBackend(const ModelConfig& cfg, int64_t pool_bytes, int32_t page_floats)
+    : cfg_(cfg),
+      page_floats_(page_floats > 0 ? page_floats : static_cast<int32_t>(cfg.d_model)),
+      total_pages_(static_cast<int32_t>(pool_bytes / (4 * int64_t{page_floats_}))) {
   for (int l = 0; l < cfg.n_layers; ++l) layouts_.push_back(layer_state_layout(cfg, l));
 }
 

@@ -8,11 +8,12 @@ namespace mixserve {
 
 class NullBackend : public Backend {
  public:
-  NullBackend(const ModelConfig& cfg, int64_t pool_bytes);
+  // page_floats 0: d_model, as the CPU and CUDA backends choose by default.
+  NullBackend(const ModelConfig& cfg, int64_t pool_bytes, int32_t page_floats = 0);
   std::string name() const override { return "null"; }
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<StateLayout>& state_layouts() const override { return layouts_; }
-  int32_t page_floats() const override { return static_cast<int32_t>(cfg_.d_model); }
+  int32_t page_floats() const override { return page_floats_; }
   int32_t total_pages() const override { return total_pages_; }
   void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
   void init_state(int, const std::vector<int32_t>&) override {}
@@ -23,7 +24,7 @@ class NullBackend : public Backend {
  private:
   ModelConfig cfg_;
   std::vector<StateLayout> layouts_;
-  int32_t total_pages_;
+  int32_t page_floats_, total_pages_;
 };
 
 }  // namespace mixserve
