@@ -1,6 +1,7 @@
 // The request checks shared by both front ends (ModelHub::submit), apart from the hub so that
 // they can run without metrics, sockets or a running engine (tests, fuzz/).
 #include <chrono>
+#include <cstdint>
 
 #include "engine/tokenizer.h"
 #include "server/api.h"
@@ -70,6 +71,14 @@ std::optional<ApiError> validate_request(const ApiRequest& req, const ServedMode
                    std::to_string(prompt_len) + " prompt tokens + " + std::to_string(p.max_tokens) +
                    " max_tokens = " + std::to_string(prompt_len + p.max_tokens),
                "max_tokens");
+  // The same ranges as REST's JSON fields, so that a gRPC client gets the same answer.
+  if (p.seed && *p.seed > static_cast<uint64_t>(INT64_MAX))
+    return bad("seed must be between 0 and " + std::to_string(INT64_MAX) + ", got " +
+                   std::to_string(*p.seed),
+               "seed");
+  if (p.priority < -1000000 || p.priority > 1000000)
+    return bad("priority must be between -1000000 and 1000000, got " + std::to_string(p.priority),
+               "priority");
   if (req.timeout_s) {
     if (!(*req.timeout_s > 0) || *req.timeout_s > 86400)
       return bad("timeout must be in (0, 86400] seconds", "timeout");

@@ -119,6 +119,25 @@ TEST_F(Grpc, ErrorsCarryTheRightStatus) {
   generate(*stub(), hot, &st);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("temperature"), std::string::npos);
+  // The ranges REST's JSON allows, so that both front ends refuse the same values.
+  v1::GenerateRequest huge_seed;
+  huge_seed.set_prompt("a");
+  huge_seed.set_seed(uint64_t{1} << 63);
+  generate(*stub(), huge_seed, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("seed"), std::string::npos);
+  v1::GenerateRequest urgent;
+  urgent.set_prompt("a");
+  urgent.set_priority(-2000000);
+  generate(*stub(), urgent, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("priority"), std::string::npos);
+  v1::GenerateRequest largest_seed;
+  largest_seed.set_prompt("a");
+  largest_seed.set_max_tokens(2);
+  largest_seed.set_seed(INT64_MAX);
+  generate(*stub(), largest_seed, &st);
+  EXPECT_TRUE(st.ok()) << st.error_message();
   v1::GenerateRequest badutf;
   badutf.set_prompt(std::string("a\xff"));
   generate(*stub(), badutf, &st);
