@@ -58,6 +58,11 @@ int serve_command(int argc, char** argv) {
   a.flag("http-threads", "4", "REST I/O threads");
   a.flag("header-timeout", "10", "seconds a client has to send its request headers");
   a.flag("body-timeout", "30", "seconds a client has to send its request body");
+  a.flag("write-timeout", "30",
+         "seconds a response write may wait on a client that does not read; then the connection "
+         "closes and "
+         "the request is cancelled");
+  a.flag("idle-timeout", "60", "seconds an idle keep-alive connection stays open");
   a.flag("static-dir", "clients/playground", "files served at / (the playground); empty: none");
   std::string err;
   if (!a.parse(argc, argv, err)) {
@@ -77,6 +82,14 @@ int serve_command(int argc, char** argv) {
   try {
     if (const double f = a.number("gpu-memory-fraction"); !(f >= 0 && f <= 1))
       throw std::invalid_argument("--gpu-memory-fraction must be between 0 and 1");
+    auto timeout = [&](const char* flag) {
+      const double s = a.number(flag);
+      if (!(s > 0 && s <= 86400))
+        throw std::invalid_argument(std::string("--") + flag + " must be in (0, 86400] seconds");
+      return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+    };
+    const auto header_timeout = timeout("header-timeout"), body_timeout = timeout("body-timeout"),
+               write_timeout = timeout("write-timeout"), idle_timeout = timeout("idle-timeout");
     ModelHub hub;
     Metrics metrics;
     hub.metrics = &metrics;
@@ -149,8 +162,10 @@ int serve_command(int argc, char** argv) {
     ho.port = static_cast<int>(a.integer("http-port"));
     ho.threads = static_cast<int>(a.integer("http-threads"));
     ho.max_body_bytes = static_cast<size_t>(hub.limits.max_body_bytes);
-    ho.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.number("header-timeout") * 1000));
-    ho.body_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.number("body-timeout") * 1000));
+    ho.header_timeout = header_timeout;
+    ho.body_timeout = body_timeout;
+    ho.write_timeout = write_timeout;
+    ho.idle_timeout = idle_timeout;
     if (tls) {
       ho.tls_cert_file = a.str("tls-cert");
       ho.tls_key_file = a.str("tls-key");

@@ -6,9 +6,11 @@
 - a slow SSE reader (tiny receive buffer, not reading) with a large stream backed up in the
   server does not hold up 16 other streams; when it reads at last it gets every token;
 - a reader that never reads holds no engine state: its request finishes and its pages return
-  while its socket is still open and unread (its stream fits in the kernel's socket buffers, so
-  the server's 30 s cut-off for a pending write cannot be reached with one stream of the default
-  model's 128-token context).
+  while its socket is still open and unread (one stream of the default model's 128-token context
+  fits in the kernel's socket buffers);
+- a client that pipelines 80 streams on one connection and never reads (a second server, with
+  --write-timeout 2): once ~2 MB fill the socket buffers a write waits, and the server closes the
+  connection --write-timeout after the backlog stopped growing, keeps serving, and leaks nothing.
 Then every request is accounted for and nothing leaks."""
 import asyncio
 import json
@@ -18,7 +20,7 @@ import time
 
 import mixserve_clients as mc
 
-HEADER_TIMEOUT = BODY_TIMEOUT = 2.0
+HEADER_TIMEOUT = BODY_TIMEOUT = WRITE_TIMEOUT = 2.0
 SLACK = 1.5
 
 
@@ -127,6 +129,43 @@ async def slow_reader(port):
     return 17
 
 
+async def never_reads(binary):
+    """80 pipelined streams on one connection whose client never reads: the responses back up
+    until a write waits; --write-timeout later the server closes the connection."""
+    with mc.Server(binary, mc.ROOT, "--cache-entries", "0", "--write-timeout", str(WRITE_TIMEOUT)) as server:
+        port = server.http_port
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        sock.connect(("127.0.0.1", port))
+        body = json.dumps({"prompt": "And God said", "max_tokens": 120, "ignore_eos": True, "stream": True,
+                           "logprobs": 20}).encode()
+        one = mc.http_request("POST", "/v1/completions", body).replace(b"Connection: close", b"Connection: keep-alive")
+        sock.sendall(one * 80)
+        local = sock.getsockname()[1]
+        backlog, grew_at, closed_at = 0, time.monotonic(), None
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            n = unread_bytes(port, local)
+            now = time.monotonic()
+            if n == 0 and backlog > 0:
+                closed_at = now
+                break
+            if n != backlog:
+                backlog, grew_at = n, now
+            await asyncio.sleep(0.05)
+        sock.close()
+        assert closed_at is not None, f"the connection was still open after 60 s with {backlog} bytes unread"
+        waited = closed_at - grew_at
+        print(f"a client that never read: {backlog} bytes backed up, connection closed {waited:.2f} s after the "
+              f"backlog stopped growing (--write-timeout {WRITE_TIMEOUT})")
+        assert backlog > 1 << 20, f"only {backlog} bytes backed up: no write had to wait"
+        assert WRITE_TIMEOUT - 0.5 <= waited <= WRITE_TIMEOUT + SLACK, waited
+        served = await mc.serving(server)
+        # the streams it received in full (they fit in the buffers), and at most the one in flight
+        reasons = mc.finished_by_reason(await mc.wait_idle(port))
+        await mc.check_accounted(port, served, 0, int(sum(reasons.values())), early_reasons=("cancelled",))
+
+
 async def main(binary):
     with mc.Server(binary, mc.ROOT, "--cache-entries", "0", "--header-timeout", str(HEADER_TIMEOUT),
                    "--body-timeout", str(BODY_TIMEOUT)) as server:
@@ -145,6 +184,7 @@ async def main(binary):
         # the stalled reader's request finished in the engine though its client never read
         await mc.check_accounted(port, completed, 1, 1, early_reasons=())
         stalled.close()
+    await never_reads(binary)
 
 
 if __name__ == "__main__":
