@@ -72,6 +72,25 @@ __attribute__((target("avx2,fma"))) void exp_sub_avx2(const float* x, float m, f
   for (; i < n; ++i) out[i] = exp_scalar(x[i] - m);
 }
 
+__attribute__((target("avx2,fma"))) void exp_weighted_accumulate_avx2(const float* k, float w,
+                                                                      const float* m,
+                                                                      const float* v, float* num,
+                                                                      float* den, int64_t n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e =
+        exp8(_mm256_sub_ps(_mm256_add_ps(_mm256_loadu_ps(k + i), wv), _mm256_loadu_ps(m + i)));
+    _mm256_storeu_ps(num + i, _mm256_fmadd_ps(e, _mm256_loadu_ps(v + i), _mm256_loadu_ps(num + i)));
+    _mm256_storeu_ps(den + i, _mm256_add_ps(_mm256_loadu_ps(den + i), e));
+  }
+  for (; i < n; ++i) {
+    const float e = exp_scalar((k[i] + w) - m[i]);
+    num[i] = std::fma(e, v[i], num[i]);
+    den[i] += e;
+  }
+}
+
 bool have_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
@@ -87,5 +106,17 @@ void exp_sub(const float* x, float m, float* out, int64_t n) {
 }
 
 void exp_inplace(float* x, int64_t n) { exp_sub(x, 0.0f, x, n); }
+
+void exp_weighted_accumulate(const float* k, float w, const float* m, const float* v, float* num,
+                             float* den, int64_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return exp_weighted_accumulate_avx2(k, w, m, v, num, den, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = exp_scalar((k[i] + w) - m[i]);
+    num[i] = std::fma(e, v[i], num[i]);
+    den[i] += e;
+  }
+}
 
 }  // namespace mixserve

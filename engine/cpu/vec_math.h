@@ -12,5 +12,9 @@ namespace mixserve {
 void exp_inplace(float* x, int64_t n);                       // x[i] = exp(x[i])
 void exp_sub(const float* x, float m, float* out, int64_t n);  // out[i] = exp(x[i] − m)
 float exp_scalar(float x);                                   // the same function, one value
+// AFT's weighted sums in one pass: e = exp(k[i] + w − m[i]); num[i] = fma(e, v[i], num[i]);
+// den[i] += e. (Three passes over the channels — difference, exp, sums — cost more than the exps.)
+void exp_weighted_accumulate(const float* k, float w, const float* m, const float* v, float* num,
+                             float* den, int64_t n);
 
 }  // namespace mixserve

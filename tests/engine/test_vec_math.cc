@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "engine/cpu/vec_math.h"
 
@@ -33,6 +34,30 @@ TEST(VecMath, ExpIsAccurateAndPathIndependent) {
   EXPECT_EQ(y[1], 0.0f);
   EXPECT_TRUE(std::isnan(exp_scalar(NAN)));
   EXPECT_GT(exp_scalar(100.0f), 2e38f);  // saturates near FLT_MAX (Cephes' clamp), never NaN
+}
+
+// AFT's fused weighted sums: the same bits as the scalar sequence of operations (exp, fma, add)
+// for every element, in the vector body and in the tail.
+TEST(VecMath, WeightedAccumulateIsTheScalarSequence) {
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  const int64_t n = 37;  // four vectors and a tail of 5
+  std::vector<float> k(n), m(n), v(n), num(n), den(n);
+  for (int64_t i = 0; i < n; ++i)
+    k[i] = u(g), m[i] = k[i] + std::fabs(u(g)), v[i] = u(g), num[i] = u(g),
+    den[i] = 1 + std::fabs(u(g));
+  m[3] = 1e30f;  // e underflows to exactly 0: nothing added
+  std::vector<float> want_num = num, want_den = den;
+  const float w = -0.75f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = exp_scalar((k[i] + w) - m[i]);
+    want_num[i] = std::fma(e, v[i], want_num[i]);
+    want_den[i] += e;
+  }
+  exp_weighted_accumulate(k.data(), w, m.data(), v.data(), num.data(), den.data(), n);
+  EXPECT_EQ(0, std::memcmp(num.data(), want_num.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(den.data(), want_den.data(), n * sizeof(float)));
+  EXPECT_EQ(num[3], want_num[3]);
 }
 
 }  // namespace

@@ -151,16 +151,8 @@ class CpuAft : public CpuLayerPart {
     } else {
       std::fill(num, num + 2 * d, 0.0f);
     }
-    for (int64_t lag = 0; lag < lags; ++lag) {
-      const float *k = key(lag), *v = value(lag);
-      const float w = bias(lag);
-      for (int64_t c = 0; c < d; ++c) e[c] = k[c] + w - m[c];
-      exp_inplace(e, d);
-      for (int64_t c = 0; c < d; ++c) {
-        num[c] += e[c] * v[c];
-        den[c] += e[c];
-      }
-    }
+    for (int64_t lag = 0; lag < lags; ++lag)
+      exp_weighted_accumulate(key(lag), bias(lag), m, value(lag), num, den, d);
     for (int64_t c = 0; c < d; ++c) out[c] = sigmoid(q[c]) * num[c] / den[c];
   }
 
