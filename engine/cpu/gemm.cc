@@ -16,9 +16,10 @@ namespace mixserve {
 
 namespace {
 constexpr int64_t P = PackedWeight::kPanel;
-constexpr int64_t kRowTile = 6;     // 6 rows × 16 columns: 12 accumulators hide FMA latency
+constexpr int64_t kRowTile = 12;    // rows per tile: 12 × 16 columns in AVX-512 (12 accumulators)
+constexpr int64_t kRowsAvx2 = 6;    // AVX2 runs a tile as two halves of 6 (12 ymm accumulators)
 constexpr int64_t kGemvPanels = 4;  // one row × 4 panels: 8 accumulators for batch-1 decode
-bool g_force_scalar = false;
+bool g_force_scalar = false, g_force_avx2 = false;
 
 inline float weight(const float* p, int64_t i) { return p[i]; }
 inline float weight(const uint16_t* p, int64_t i) { return half_to_float(p[i]); }
@@ -69,6 +70,43 @@ __attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t
 #undef MIXSERVE_STORE
 }
 
+// The same tile with one zmm per row (a panel is 16 floats wide): twice the columns per
+// instruction, and the same fma sequence per output as panel_avx2 and panel_scalar, so results
+// do not depend on the CPU's vector width.
+__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const uint16_t* p) {
+  // The zero-masked form: GCC 12 warns that the unmasked one's _mm512_undefined_ps is
+  // uninitialised.
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <int R, typename W>
+__attribute__((target("avx512f,fma,f16c"))) void panel_avx512(const float* x, int64_t ldx,
+                                                              const W* panel, int64_t K,
+                                                              float* out) {
+  static_assert(R >= 1 && R <= 12);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+         a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 w = load16(panel + k * P);
+#define MIXSERVE_ROW(i) \
+  if constexpr (R > i) a##i = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k]), w, a##i);
+    MIXSERVE_ROW(0)
+    MIXSERVE_ROW(1) MIXSERVE_ROW(2) MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6)
+        MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
+#undef MIXSERVE_ROW
+  }
+#define MIXSERVE_STORE(i) \
+  if constexpr (R > i) _mm512_storeu_ps(out + i * P, a##i);
+  MIXSERVE_STORE(0)
+  MIXSERVE_STORE(1) MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5)
+      MIXSERVE_STORE(6) MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10)
+          MIXSERVE_STORE(11)
+#undef MIXSERVE_STORE
+}
+
 // One row against up to kGemvPanels panels; the same fma sequence per output as panel_avx2.
 template <typename W>
 __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W* panels, int64_t panel_stride,
@@ -102,22 +140,76 @@ bool have_avx2() {
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
   return yes;
 }
+
+bool have_avx512() {
+  static const bool yes = have_avx2() && __builtin_cpu_supports("avx512f");
+  return yes;
+}
 #else
 bool have_avx2() { return false; }
+bool have_avx512() {
+  return false;
+}
 #endif
 
+// rows ≤ kRowTile rows of x times one panel, with the widest kernel the CPU has.
 template <typename W>
 void run_panel(const float* x, int64_t ldx, int64_t rows, const W* panel, int64_t K, float* out) {
 #if defined(__x86_64__)
-  if (have_avx2() && !g_force_scalar) {
+  if (have_avx512() && !g_force_scalar && !g_force_avx2) {
     switch (rows) {
-      case 1: return panel_avx2<1>(x, ldx, panel, K, out);
-      case 2: return panel_avx2<2>(x, ldx, panel, K, out);
-      case 3: return panel_avx2<3>(x, ldx, panel, K, out);
-      case 4: return panel_avx2<4>(x, ldx, panel, K, out);
-      case 5: return panel_avx2<5>(x, ldx, panel, K, out);
-      default: return panel_avx2<6>(x, ldx, panel, K, out);
+      case 1:
+        return panel_avx512<1>(x, ldx, panel, K, out);
+      case 2:
+        return panel_avx512<2>(x, ldx, panel, K, out);
+      case 3:
+        return panel_avx512<3>(x, ldx, panel, K, out);
+      case 4:
+        return panel_avx512<4>(x, ldx, panel, K, out);
+      case 5:
+        return panel_avx512<5>(x, ldx, panel, K, out);
+      case 6:
+        return panel_avx512<6>(x, ldx, panel, K, out);
+      case 7:
+        return panel_avx512<7>(x, ldx, panel, K, out);
+      case 8:
+        return panel_avx512<8>(x, ldx, panel, K, out);
+      case 9:
+        return panel_avx512<9>(x, ldx, panel, K, out);
+      case 10:
+        return panel_avx512<10>(x, ldx, panel, K, out);
+      case 11:
+        return panel_avx512<11>(x, ldx, panel, K, out);
+      default:
+        return panel_avx512<12>(x, ldx, panel, K, out);
     }
+  }
+  if (have_avx2() && !g_force_scalar) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowsAvx2) {
+      const float* xr = x + r0 * ldx;
+      float* o = out + r0 * P;
+      switch (std::min(kRowsAvx2, rows - r0)) {
+        case 1:
+          panel_avx2<1>(xr, ldx, panel, K, o);
+          break;
+        case 2:
+          panel_avx2<2>(xr, ldx, panel, K, o);
+          break;
+        case 3:
+          panel_avx2<3>(xr, ldx, panel, K, o);
+          break;
+        case 4:
+          panel_avx2<4>(xr, ldx, panel, K, o);
+          break;
+        case 5:
+          panel_avx2<5>(xr, ldx, panel, K, o);
+          break;
+        default:
+          panel_avx2<6>(xr, ldx, panel, K, o);
+          break;
+      }
+    }
+    return;
   }
 #endif
   panel_scalar(x, ldx, rows, panel, K, out);
@@ -168,8 +260,14 @@ void multiply_packed(const W* panels_data, const std::vector<float>& bias, int64
 }
 }  // namespace
 
-const char* gemm_kernel_name() { return have_avx2() && !g_force_scalar ? "avx2-fma" : "scalar-fma"; }
+const char* gemm_kernel_name() {
+  if (g_force_scalar || !have_avx2()) return "scalar-fma";
+  return have_avx512() && !g_force_avx2 ? "avx512-fma" : "avx2-fma";
+}
 void gemm_force_scalar(bool scalar) { g_force_scalar = scalar; }
+void gemm_force_avx2(bool avx2) {
+  g_force_avx2 = avx2;
+}
 
 PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k, bool allow_half)
     : n_out_(n_out), k_(k) {

@@ -48,15 +48,25 @@ TEST(Gemm, RowsDoNotDependOnTheBatchOrThreads) {
 }
 
 TEST(Gemm, ScalarAndVectorPathsAgreeBitForBit) {
-  const int64_t n = 200, k = 77;
-  auto w = randn(n * k, 4), x = randn(5 * k, 5);
-  PackedWeight pw(w.data(), nullptr, n, k);
-  std::vector<float> fast(5 * n), slow(5 * n);
-  pw.multiply(x.data(), 5, fast.data(), nullptr);
-  gemm_force_scalar(true);
-  pw.multiply(x.data(), 5, slow.data(), nullptr);
-  gemm_force_scalar(false);
-  EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * sizeof(float))) << gemm_kernel_name();
+  // 5 rows (one partial tile) and 29 (two full tiles of 12, a partial one; AVX2 halves of 6).
+  for (int64_t m : {5, 29}) {
+    const int64_t n = 200, k = 77;
+    auto w = randn(n * k, 4), x = randn(m * k, 5);
+    PackedWeight pw(w.data(), nullptr, n, k);
+    std::vector<float> widest(m * n), avx2(m * n), slow(m * n);
+    const std::string kernel = gemm_kernel_name();
+    pw.multiply(x.data(), m, widest.data(), nullptr);
+    gemm_force_avx2(true);
+    pw.multiply(x.data(), m, avx2.data(), nullptr);
+    gemm_force_avx2(false);
+    gemm_force_scalar(true);
+    pw.multiply(x.data(), m, slow.data(), nullptr);
+    gemm_force_scalar(false);
+    EXPECT_EQ(0, std::memcmp(widest.data(), slow.data(), widest.size() * sizeof(float)))
+        << kernel << ", " << m << " rows";
+    EXPECT_EQ(0, std::memcmp(avx2.data(), slow.data(), avx2.size() * sizeof(float)))
+        << "avx2, " << m << " rows";
+  }
 }
 
 TEST(Gemm, HalfPanelsGiveTheSameBitsAsFloatPanels) {
