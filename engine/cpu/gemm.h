@@ -46,7 +46,7 @@ class PackedWeight {
   std::vector<float> bias_;
 };
 
-// Which kernel runs: "avx2-fma" or "scalar-fma" (same results bit for bit).
+// Which kernel runs: "avx512-fma", "avx2-fma" or "scalar-fma" (same results bit for bit).
 const char* gemm_kernel_name();
 void gemm_force_scalar(bool scalar);  // for tests
 void gemm_force_avx2(bool avx2);      // for tests and benchmarks: AVX2 even where AVX-512 is there
