@@ -1,6 +1,8 @@
 #include "engine/model_config.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -76,6 +78,13 @@ struct Reader {
     const json& v = obj[key];
     if (!v.is_number()) fail(key, " must be a number, got " + v.dump());
     return v.get<double>();
+  }
+  // A number stored as a float: one beyond float's range would become infinite.
+  float float_number(const char* key, double fallback) const {
+    const double v = number(key, fallback);
+    if (!(std::fabs(v) <= std::numeric_limits<float>::max()))
+      fail(key, " is out of the float range: " + obj[key].dump());
+    return static_cast<float>(v);
   }
   bool boolean(const char* key, bool fallback, bool null_means_default = false) const {
     if (!present(key, null_means_default)) return fallback;
@@ -159,9 +168,9 @@ LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const Model
   // Beyond config.py: these feed divisions and logarithms, so they must be positive.
   l.rope_base = r.number("rope_base", 10000.0);
   if (!(l.rope_base > 0)) r.fail("rope_base", " must be positive");
-  l.gn_eps = static_cast<float>(r.number("gn_eps", 1e-5));
+  l.gn_eps = r.float_number("gn_eps", 1e-5);
   if (!(l.gn_eps > 0)) r.fail("gn_eps", " must be positive");
-  l.eps = static_cast<float>(r.number("eps", 1e-6));
+  l.eps = r.float_number("eps", 1e-6);
   if (!(l.eps > 0)) r.fail("eps", " must be positive");
   return l;
 }
@@ -247,8 +256,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
 
   // Not checked by config.py, whose Python accepts any value here; C++ needs the types, and the
   // ranges keep the engine's arithmetic and indexing sound.
-  c.embed_scale = static_cast<float>(r.number("embed_scale", 1.0));
-  c.norm_eps = static_cast<float>(r.number("norm_eps", 1e-5));
+  c.embed_scale = r.float_number("embed_scale", 1.0);
+  c.norm_eps = r.float_number("norm_eps", 1e-5);
   if (!(c.norm_eps > 0)) r.fail("norm_eps", " must be positive");
   c.bias = r.boolean("bias", true);
   c.head_bias = r.boolean("head_bias", c.bias, true);

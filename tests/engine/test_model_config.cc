@@ -278,6 +278,13 @@ TEST(ModelConfig, EveryRuleHasItsMessage) {
        "layers[0]: gn_eps must be positive"},
       {"zero rope_base", layer({{"mixer", "attention"}, {"rope_base", 0}}),
        "layers[0]: rope_base must be positive"},
+      // float fields: a double beyond float's range would become infinite (found by fuzz/)
+      {"eps beyond float", layer({{"mixer", "linear"}, {"eps", 1e206}}),
+       "layers[0]: eps is out of the float range: 1e+206"},
+      {"embed_scale beyond float", set("embed_scale", -1e39),
+       "embed_scale is out of the float range"},
+      {"eps that rounds to 0 in float", layer({{"mixer", "performer"}, {"eps", 1e-60}}),
+       "layers[0]: eps must be positive"},
       {"bos beyond the vocabulary", set("bos_id", 100),
        "bos_id=100 must be -1 (none) or a token id below vocab_size=100"},
       {"eos below -1", set("eos_id", -2), "eos_id=-2 must be -1 (none)"},
