@@ -1,7 +1,5 @@
 #include "engine/page_pool.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -9,22 +7,11 @@
 
 namespace mixserve {
 
-void* PagePool::huge_array(int64_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t size = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge;
-  void* p = nullptr;
-  if (posix_memalign(&p, kHuge, size) != 0) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the arrays work the same, only slower
-#endif
-  return p;
-}
-
 PagePool::PagePool(int32_t total_pages)
     : total_(total_pages),
       free_count_(total_pages),
-      free_(static_cast<int32_t*>(huge_array(int64_t{total_pages} * sizeof(int32_t)))),
-      refs_(static_cast<uint8_t*>(huge_array(total_pages))) {
+      free_(make_huge_array<int32_t>(total_pages)),
+      refs_(make_huge_array<uint8_t>(total_pages)) {
   std::memset(refs_.get(), 0, total_);
   // Descending, so that the first allocations take pages 0, 1, 2, … in one block.
   for (int32_t i = 0; i < total_; ++i) free_[i] = total_ - 1 - i;

@@ -4,11 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
+
+#include "engine/huge_array.h"
 
 namespace mixserve {
 
@@ -33,15 +34,9 @@ class PagePool {
  private:
   // A pool has millions of pages and a released state's ids lie in scattered runs of a few dozen,
   // so releasing is bound by cache misses on the counts: one byte per page (4× fewer lines than an
-  // int), in transparent huge pages where the kernel allows it (no TLB miss per run). Counts of
-  // kMany or more (a prefix shared by hundreds of requests and entries) live in many_.
+  // int), in huge pages (no TLB miss per run). Counts of kMany or more (a prefix shared by hundreds
+  // of requests and entries) live in many_.
   static constexpr uint8_t kMany = 255;
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-  template <class T>
-  using Array = std::unique_ptr<T[], FreeDeleter>;
-  static void* huge_array(int64_t bytes);
   void release_one(int32_t p) {
     uint8_t& r = refs_[p];
     if (r == 0) throw std::logic_error("release of a free page");
@@ -53,8 +48,8 @@ class PagePool {
   }
 
   int32_t total_ = 0, free_count_ = 0;
-  Array<int32_t> free_;  // [total_]: free page ids, the first free_count_ of them
-  Array<uint8_t> refs_;  // [total_]: holders of each page (0: free; kMany: see many_)
+  HugeArray<int32_t> free_;  // [total_]: free page ids, the first free_count_ of them
+  HugeArray<uint8_t> refs_;  // [total_]: holders of each page (0: free; kMany: see many_)
   std::unordered_map<int32_t, int32_t> many_;  // holders of the pages with refs_ == kMany
 };
 

@@ -34,7 +34,9 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& w, const CpuB
   if (page_floats_ % d != 0)
     throw std::invalid_argument("page_floats must be a multiple of d_model");
   total_pages_ = static_cast<int32_t>(opts.pool_bytes / (sizeof(float) * page_floats_));
-  memory_.reset(new float[static_cast<size_t>(total_pages_) * page_floats_]);
+  // Huge pages: a step reads every sequence's K/V rows, one scattered page each; in 4 KiB pages
+  // nearly every row was also a TLB miss.
+  memory_ = make_huge_array<float>(static_cast<size_t>(total_pages_) * page_floats_);
 
   embed_ = w.get("embed.weight");
   if (cfg.position == PositionKind::kLearned) pos_embed_ = w.get("pos_embed.weight");

@@ -8,6 +8,7 @@
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/huge_array.h"
 #include "engine/layer_part.h"
 
 namespace mixserve {
@@ -51,7 +52,7 @@ class CpuBackend : public Backend {
   int32_t page_floats_ = 0, total_pages_ = 0;
   // Uninitialised on purpose: the OS maps pages on first touch, and init_state() writes every
   // page a sequence receives, so an idle pool costs no memory.
-  std::unique_ptr<float[]> memory_;
+  HugeArray<float> memory_;
   std::vector<StateLayout> layouts_;
   std::vector<Layer> layers_;
   const float *embed_ = nullptr, *pos_embed_ = nullptr, *embed_norm_w_ = nullptr,

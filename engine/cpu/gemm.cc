@@ -129,6 +129,29 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W*
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+// One row against up to kGemvPanels panels with one zmm per panel: the same fma sequence per
+// output as gemv_avx2 in half the instructions (batch-1 decode of SHE's W·d² extraction is
+// this loop).
+template <typename W>
+__attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const W* panels,
+                                                             int64_t panel_stride, int64_t np,
+                                                             int64_t K, float* out) {
+  const W* p[kGemvPanels];
+  for (int64_t i = 0; i < kGemvPanels; ++i) p[i] = panels + std::min(i, np - 1) * panel_stride;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 xv = _mm512_set1_ps(x[k]);
+    a0 = _mm512_fmadd_ps(xv, load16(p[0] + k * P), a0);
+    a1 = _mm512_fmadd_ps(xv, load16(p[1] + k * P), a1);
+    a2 = _mm512_fmadd_ps(xv, load16(p[2] + k * P), a2);
+    a3 = _mm512_fmadd_ps(xv, load16(p[3] + k * P), a3);
+  }
+  _mm512_storeu_ps(out, a0);
+  _mm512_storeu_ps(out + P, a1);
+  _mm512_storeu_ps(out + 2 * P, a2);
+  _mm512_storeu_ps(out + 3 * P, a3);
+}
+
 // F16C through cpuid (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know it.
 bool have_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -237,7 +260,10 @@ void multiply_packed(const W* panels_data, const std::vector<float>& bias, int64
       for (int64_t i = g0; i < g1; ++i) {
         const int64_t row = i / groups, first = (i % groups) * kGemvPanels;
         const int64_t np = std::min(kGemvPanels, panels - first);
-        gemv_avx2(x + row * ldx, panels_data + first * k * P, k * P, np, k_used, out);
+        if (have_avx512() && !g_force_avx2)
+          gemv_avx512(x + row * ldx, panels_data + first * k * P, k * P, np, k_used, out);
+        else
+          gemv_avx2(x + row * ldx, panels_data + first * k * P, k * P, np, k_used, out);
         for (int64_t j = 0; j < np; ++j) store(row, (first + j) * P, out + j * P);
       }
     };
