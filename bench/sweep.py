@@ -16,11 +16,11 @@ import json
 import os
 import platform
 import re
-import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -60,15 +60,20 @@ class Server:
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out, deadline = "", time.time() + 60
-        while time.time() < deadline and self.proc.poll() is None:
-            if select.select([self.proc.stdout], [], [], 1)[0]:
-                line = self.proc.stdout.readline()
-                out += line
-                m = re.search(r"listening: grpc [^:]+:(\d+).*, https? [^:]+:(\d+)", line)
-                if m:
-                    self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
-                    return self
+        # Plain blocking reads, with a timer that ends a server that does not start (select() beside
+        # readline() can miss a line already in Python's buffer).
+        out, timer = "", threading.Timer(60, self.proc.kill)
+        timer.start()
+        for line in self.proc.stdout:
+            out += line
+            m = re.search(r"listening: grpc [^:]+:(\d+).*, https? [^:]+:(\d+)", line)
+            if m:
+                timer.cancel()
+                self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
+                # keep draining, so the server never blocks on a full pipe
+                threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+                return self
+        timer.cancel()
         self.proc.kill()
         sys.exit("the server did not start:\n" + out)
 

@@ -1,7 +1,7 @@
 """Starts a real `mixserve serve` on free loopback ports for the client tests, and stops it."""
 import os
+import queue
 import re
-import select
 import signal
 import subprocess
 import threading
@@ -22,23 +22,30 @@ class Server:
     def __enter__(self):
         self.proc = subprocess.Popen(self.args, cwd=self.source_dir, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 30
-        while self.grpc_port is None:
-            left = deadline - time.time()
-            if left <= 0 or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError("the server did not start:\n" + self.output())
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
-            if not ready:
-                continue
-            line = self.proc.stdout.readline()
-            self.lines.append(line)
-            m = re.search(r"listening: grpc [^:]+:(\d+).*, https? [^:]+:(\d+)", line)
-            if m:
-                self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
-        # Keep reading so that the server never blocks on a full pipe.
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        # One thread reads every line from the start (so the server never blocks on a full pipe)
+        # and hands over the ports. (select() on the pipe beside readline() could miss the
+        # "listening" line when both lines arrived in one read: it sat in Python's buffer while
+        # select() waited on an empty pipe until the deadline — "the server did not start".)
+        started = queue.Queue()
+
+        def read():
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                m = re.search(r"listening: grpc [^:]+:(\d+).*, https? [^:]+:(\d+)", line)
+                if m:
+                    started.put((int(m.group(1)), int(m.group(2))))
+            started.put(None)  # the server's output ended: it exited
+
+        self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
+        try:
+            ports = started.get(timeout=30)
+        except queue.Empty:
+            ports = None
+        if ports is None:
+            self.stop()
+            raise RuntimeError("the server did not start:\n" + self.output())
+        self.grpc_port, self.http_port = ports
         return self
 
     def __exit__(self, *exc):
