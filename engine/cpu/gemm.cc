@@ -1,8 +1,10 @@
 #include "engine/cpu/gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "engine/cpu/thread_pool.h"
 #include "engine/safetensors.h"
@@ -175,63 +177,40 @@ bool have_avx512() {
 }
 #endif
 
+#if defined(__x86_64__)
+// The row-count instantiations of a panel kernel, as tables indexed by rows − 1.
+template <typename W>
+using PanelKernel = void (*)(const float*, int64_t, const W*, int64_t, float*);
+template <typename W, int... I>
+constexpr std::array<PanelKernel<W>, sizeof...(I)> panel_avx512_table(
+    std::integer_sequence<int, I...>) {
+  return {&panel_avx512<I + 1, W>...};
+}
+template <typename W, int... I>
+constexpr std::array<PanelKernel<W>, sizeof...(I)> panel_avx2_table(
+    std::integer_sequence<int, I...>) {
+  return {&panel_avx2<I + 1, W>...};
+}
+// The kernel for `rows` rows; more rows than the table's widest take the widest.
+template <typename W, size_t N>
+PanelKernel<W> kernel_for(const std::array<PanelKernel<W>, N>& table, int64_t rows) {
+  return table[std::min<int64_t>(rows, N) - 1];
+}
+#endif
+
 // rows ≤ kRowTile rows of x times one panel, with the widest kernel the CPU has.
 template <typename W>
 void run_panel(const float* x, int64_t ldx, int64_t rows, const W* panel, int64_t K, float* out) {
 #if defined(__x86_64__)
-  if (have_avx512() && !g_force_scalar && !g_force_avx2) {
-    switch (rows) {
-      case 1:
-        return panel_avx512<1>(x, ldx, panel, K, out);
-      case 2:
-        return panel_avx512<2>(x, ldx, panel, K, out);
-      case 3:
-        return panel_avx512<3>(x, ldx, panel, K, out);
-      case 4:
-        return panel_avx512<4>(x, ldx, panel, K, out);
-      case 5:
-        return panel_avx512<5>(x, ldx, panel, K, out);
-      case 6:
-        return panel_avx512<6>(x, ldx, panel, K, out);
-      case 7:
-        return panel_avx512<7>(x, ldx, panel, K, out);
-      case 8:
-        return panel_avx512<8>(x, ldx, panel, K, out);
-      case 9:
-        return panel_avx512<9>(x, ldx, panel, K, out);
-      case 10:
-        return panel_avx512<10>(x, ldx, panel, K, out);
-      case 11:
-        return panel_avx512<11>(x, ldx, panel, K, out);
-      default:
-        return panel_avx512<12>(x, ldx, panel, K, out);
-    }
-  }
+  if (have_avx512() && !g_force_scalar && !g_force_avx2)
+    return kernel_for<W>(
+        panel_avx512_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowTile)>{}), rows)(
+        x, ldx, panel, K, out);
   if (have_avx2() && !g_force_scalar) {
-    for (int64_t r0 = 0; r0 < rows; r0 += kRowsAvx2) {
-      const float* xr = x + r0 * ldx;
-      float* o = out + r0 * P;
-      switch (std::min(kRowsAvx2, rows - r0)) {
-        case 1:
-          panel_avx2<1>(xr, ldx, panel, K, o);
-          break;
-        case 2:
-          panel_avx2<2>(xr, ldx, panel, K, o);
-          break;
-        case 3:
-          panel_avx2<3>(xr, ldx, panel, K, o);
-          break;
-        case 4:
-          panel_avx2<4>(xr, ldx, panel, K, o);
-          break;
-        case 5:
-          panel_avx2<5>(xr, ldx, panel, K, o);
-          break;
-        default:
-          panel_avx2<6>(xr, ldx, panel, K, o);
-          break;
-      }
-    }
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowsAvx2)
+      kernel_for<W>(
+          panel_avx2_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowsAvx2)>{}),
+          rows - r0)(x + r0 * ldx, ldx, panel, K, out + r0 * P);
     return;
   }
 #endif
