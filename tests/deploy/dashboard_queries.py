@@ -98,8 +98,13 @@ def traffic(http):
     for t in threads:
         t.join()
     statuses += burst
-    # a 5xx: the request's own timeout passes (504, finish_reason=deadline)
-    statuses.append(curl(url, {"prompt": "And it came to pass", "max_tokens": 100, "timeout": 0.01}))
+    # a 5xx: the request's own timeout passes (504, finish_reason=deadline). 100 tokens can take
+    # under 10 ms on a quiet machine, so shorter timeouts follow until one passes first.
+    for timeout in (0.01, 0.002, 0.0005, 0.0001):
+        statuses.append(curl(url, {"prompt": "And it came to pass", "max_tokens": 100, "ignore_eos": True,
+                                   "timeout": timeout}))
+        if statuses[-1] == 504:
+            break
     return statuses
 
 
