@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -60,28 +59,40 @@ int main(int argc, char** argv) {
   Engine engine(model, std::make_unique<NullBackend>(c, int64_t{8} << 30, page_floats), opts);
   // Steady state: every request decodes max-tokens tokens, and each one that finishes is
   // replaced by a new one, so admission, prefill and retirement are part of what is measured.
+  // The replacement is submitted between steps, as a front end's thread would submit it while
+  // the engine thread steps: building a request is the front end's cost, not the step's.
   uint64_t events = 0, finished = 0;
   const int max_tokens = static_cast<int>(a.integer("max-tokens"));
-  std::function<void(int)> submit = [&](int seed) {
+  std::vector<int> to_submit;
+  auto submit = [&](int seed, int tokens) {
     GenerateParams p;
     p.prompt.assign(8, 1);
-    p.max_tokens = max_tokens;
+    p.max_tokens = tokens;
     p.ignore_eos = true;
     p.seed = seed;
     engine.submit(p, [&, seed](TokenOutput&& t) {
       ++events;
       if (t.finish != FinishReason::kNone) {
         ++finished;
-        submit(seed + running);
+        to_submit.push_back(seed + running);
       }
     });
   };
-  for (int i = 0; i < running; ++i) submit(i);
+  auto step = [&] {
+    engine.step();
+    for (int seed : to_submit) submit(seed, max_tokens);
+    to_submit.clear();
+  };
+  // The first requests are staggered (request i stops after about i/running of max-tokens), so
+  // that from then on requests end and start evenly, running/max-tokens per step, as in a server
+  // whose requests arrived over time, not all in one step every max-tokens steps.
+  for (int i = 0; i < running; ++i)
+    submit(i, 1 + static_cast<int>(int64_t{i} * max_tokens / running));
   // Warm-up: admit and prefill everything, then (by default) run until the prefix cache holds its
   // 4096 entries (finished requests are adopted: 2 per step on average), so that the timed steps
   // include the evictions of a full cache.
   const int warmup = static_cast<int>(a.integer("warmup"));
-  for (int i = 0; i < warmup; ++i) engine.step();
+  for (int i = 0; i < warmup; ++i) step();
   // Timed in windows of steps/windows steps; each figure is the median window's, so that a
   // burst of other work on a shared machine moves one window, not the result. CPU time of this
   // thread is reported too: on a shared machine, wall time also counts the time other processes
@@ -98,7 +109,7 @@ int main(int argc, char** argv) {
     const EngineStats before = engine.stats();
     const double cpu0 = cpu_now();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < per_window; ++i) engine.step();
+    for (int i = 0; i < per_window; ++i) step();
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = cpu_now() - cpu0;
@@ -123,7 +134,7 @@ int main(int argc, char** argv) {
                     {"pages_used", after.pages_used}});
   }
   const EngineStats end = engine.stats();
-  engine.stop();  // ends the requests while `submit` (which their sinks call) still exists
+  engine.stop();  // ends the requests while `to_submit` (which their sinks fill) still exists
   std::vector<nlohmann::json> by_host = rows;
   std::sort(by_host.begin(), by_host.end(), [](const auto& x, const auto& y) {
     return x["host_us"].template get<double>() < y["host_us"].template get<double>();

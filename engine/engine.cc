@@ -252,7 +252,7 @@ void Engine::admit(int32_t budget) {
       while (need > pool_.free_count() && cache_.evict_one()) {
       }
       if (need > pool_.free_count()) return;
-      r.state.layer_pages.assign(r.swapped_pages_per_layer.size(), {});
+      alloc_.new_tables(r.state);
       std::vector<int32_t> all;
       for (size_t l = 0; l < r.swapped_pages_per_layer.size(); ++l) {
         pool_.allocate(r.swapped_pages_per_layer[l], r.state.layer_pages[l]);

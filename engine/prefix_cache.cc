@@ -19,7 +19,10 @@ std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vecto
   hashes.resize(limit + 1);
   hashes[0] = kHashSeed;
   for (int64_t i = 0; i < limit; ++i) hashes[i + 1] = extend_hash(hashes[i], tokens[i]);
-  for (int64_t n = limit; n >= std::max<int64_t>(min_len, 1); --n) {
+  // The cached lengths in [min_len, limit], longest first.
+  for (auto len = lengths_.upper_bound(limit); len != lengths_.begin();) {
+    const int64_t n = (--len)->first;
+    if (n < std::max<int64_t>(min_len, 1)) break;
     std::optional<Entries::iterator> best;
     auto [lo, hi] = by_hash_.equal_range(hashes[n]);
     for (auto it = lo; it != hi; ++it) {
@@ -68,8 +71,8 @@ bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capac
       fresh += !(i < static_cast<int64_t>(from.layer_pages[l].size()) && shareable(l, i));
   }
   if (fresh > alloc_.pool().free_count()) return false;
-  to.layer_pages.assign(L, {});
-  std::vector<int32_t> copy_from, copy_to, fresh_pages;
+  alloc_.new_tables(to);
+  std::vector<int32_t> copy_from, copy_to, fresh_pages, shared;
   for (int l = 0; l < L; ++l) {
     const int64_t need = alloc_.layer_pages_for(l, capacity_tokens);
     const int64_t live = alloc_.layer_pages_for(l, n);
@@ -84,7 +87,7 @@ bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capac
     for (int64_t i = 0; i < need; ++i) {
       if (i < static_cast<int64_t>(src.size()) && shareable(l, i)) {
         dst.push_back(src[i]);
-        alloc_.pool().retain({src[i]});
+        shared.push_back(src[i]);
         continue;
       }
       dst.push_back(fresh_pages[next_fresh++]);
@@ -94,6 +97,7 @@ bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capac
       }
     }
   }
+  alloc_.pool().retain(shared);
   be.copy_pages(copy_from, copy_to);
   to.capacity_tokens = capacity_tokens;
   return true;
@@ -124,6 +128,7 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
   // The same tokens cached already (e.g. a prompt's snapshot, then the finished request that
   // generated one token): keep that entry — the states are equal — and its logits.
   auto same = find(tokens, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), "");
+  const uint64_t hash = hashes_[tokens.size()];  // find() hashed every prefix of tokens
   if (same && (**same)->session.empty()) {
     alloc_.release(state);
     if (!session.empty()) pin(*same, session, expires);
@@ -133,8 +138,7 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
   while (static_cast<int>(plain_.size() + sessions_.size()) >= max_entries_ && evict_one()) {
   }
   auto e = std::make_unique<CacheEntry>();
-  e->hash = kHashSeed;
-  for (int32_t t : tokens) e->hash = extend_hash(e->hash, t);
+  e->hash = hash;
   e->tokens = std::move(tokens);
   e->state = std::move(state);
   auto it = insert(std::move(e));
@@ -144,6 +148,7 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
 PrefixCache::Entries::iterator PrefixCache::insert(std::unique_ptr<CacheEntry> e) {
   e->pages = 0;
   for (const auto& lp : e->state.layer_pages) e->pages += static_cast<int32_t>(lp.size());
+  ++lengths_[static_cast<int64_t>(e->tokens.size())];
   stats_.pages += e->pages;
   plain_.push_front(std::move(e));
   by_hash_.emplace(plain_.front()->hash, plain_.begin());
@@ -191,6 +196,8 @@ void PrefixCache::remove(Entries::iterator it) {
       }
   }
   if (e.state.allocated()) alloc_.release(e.state);
+  if (auto len = lengths_.find(static_cast<int64_t>(e.tokens.size())); --len->second == 0)
+    lengths_.erase(len);
   stats_.pages -= e.pages;
   list_of(e).erase(it);
 }

@@ -98,6 +98,9 @@ class PrefixCache {
   std::unordered_map<std::string, Entries::iterator> by_session_;
   std::multimap<Clock::time_point, CacheEntry*> expiry_;  // sessions by the end of their TTL
   std::vector<uint64_t> hashes_;                          // find()'s prefix hashes
+  // Entries per token count, so that find() probes only the lengths some entry has, not every
+  // length of a long prompt.
+  std::map<int64_t, int> lengths_;
   PrefixCacheStats stats_;  // counters; stats_.pages kept up to date at insert and remove
 };
 

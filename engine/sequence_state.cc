@@ -17,7 +17,7 @@ int32_t StateAllocator::pages_for(int64_t tokens) const {
 bool StateAllocator::admit(SequenceState& s, int64_t tokens, int64_t reserve_tokens) {
   const int L = backend_.config().n_layers;
   if (pages_for(tokens) > pool_.free_count()) return false;
-  s.layer_pages.assign(L, {});
+  new_tables(s);
   reserve_tables(s, std::max(tokens, reserve_tokens));
   for (int l = 0; l < L; ++l) {
     pool_.allocate(layer_pages_for(l, tokens), s.layer_pages[l]);
@@ -58,8 +58,24 @@ void StateAllocator::reserve_tables(SequenceState& s, int64_t tokens) {
 
 void StateAllocator::release(SequenceState& s) {
   pool_.release(s.layer_pages);
+  size_t room = 0;
+  for (const auto& pages : s.layer_pages) room += pages.capacity();
+  if (spare_tables_.size() < kSpareTables && room <= kSpareTableIds &&
+      s.layer_pages.size() == static_cast<size_t>(backend_.config().n_layers)) {
+    for (auto& pages : s.layer_pages) pages.clear();
+    spare_tables_.push_back(std::move(s.layer_pages));
+  }
   s.layer_pages.clear();
   s.capacity_tokens = 0;
+}
+
+void StateAllocator::new_tables(SequenceState& s) {
+  if (spare_tables_.empty()) {
+    s.layer_pages.assign(backend_.config().n_layers, {});
+    return;
+  }
+  s.layer_pages = std::move(spare_tables_.back());
+  spare_tables_.pop_back();
 }
 
 }  // namespace mixserve

@@ -34,6 +34,10 @@ class StateAllocator {
   // grow() never reallocates them while the request decodes.
   void reserve_tables(SequenceState& s, int64_t tokens);
   void release(SequenceState& s);
+  // Gives s (no pages) one empty page list per layer: the lists of a released state, emptied,
+  // when there are some, so that a request's turnover does not allocate and free n_layers
+  // vectors (and the growing layers' reserved capacity) every time.
+  void new_tables(SequenceState& s);
   Backend& backend() { return backend_; }
   PagePool& pool() { return pool_; }
 
@@ -43,6 +47,10 @@ class StateAllocator {
   const std::vector<int>& growing_layers();
   std::vector<int> growing_;  // layers whose state grows per token (K/V); only they need grow()
   bool fixed_checked_ = false;
+  // Enough for a whole batch ending in one step; tables with room for more page ids than
+  // kSpareTableIds (a long context's K/V) are freed instead, so spares stay a few MiB at most.
+  static constexpr size_t kSpareTables = 256, kSpareTableIds = 4096;
+  std::vector<std::vector<std::vector<int32_t>>> spare_tables_;
 };
 
 }  // namespace mixserve
