@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
          "steps timed (5 windows of 512: each has the same number of request turnovers)");
   a.flag("warmup", "2200", "steps before timing (the prefix cache fills after ~2048)");
   a.flag("vocab", "16", "vocabulary size (sampling cost grows with it)");
-  a.flag("max-tokens", "128", "tokens per request before it is replaced by a new one");
+  a.flag(
+      "max-tokens", "128",
+      "tokens per request before it is replaced by a new one (beyond warmup + steps: decode only)");
   a.flag("windows", "5", "timed windows (the median window is reported)");
   a.flag("page-rows", "1", "pages of this many d-float rows (1: the backends' default page)");
   a.flag("out", "", "write the result to this JSON file");
@@ -83,15 +85,17 @@ int main(int argc, char** argv) {
     for (int seed : to_submit) submit(seed, max_tokens);
     to_submit.clear();
   };
-  // The first requests are staggered (request i stops after about i/running of max-tokens), so
-  // that from then on requests end and start evenly, running/max-tokens per step, as in a server
-  // whose requests arrived over time, not all in one step every max-tokens steps.
+  // With turnover, the first requests are staggered (request i stops after about i/running of
+  // max-tokens), so that from then on requests end and start evenly, running/max-tokens per step,
+  // as in a server whose requests arrived over time, not all in one step every max-tokens steps.
+  // With max-tokens beyond the run (decode only) none ends.
+  const int warmup = static_cast<int>(a.integer("warmup"));
+  const bool turnover = max_tokens <= warmup + steps;
   for (int i = 0; i < running; ++i)
-    submit(i, 1 + static_cast<int>(int64_t{i} * max_tokens / running));
+    submit(i, turnover ? 1 + static_cast<int>(int64_t{i} * max_tokens / running) : max_tokens);
   // Warm-up: admit and prefill everything, then (by default) run until the prefix cache holds its
   // 4096 entries (finished requests are adopted: 2 per step on average), so that the timed steps
   // include the evictions of a full cache.
-  const int warmup = static_cast<int>(a.integer("warmup"));
   for (int i = 0; i < warmup; ++i) step();
   // Timed in windows of steps/windows steps; each figure is the median window's, so that a
   // burst of other work on a shared machine moves one window, not the result. CPU time of this
