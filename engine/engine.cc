@@ -479,24 +479,23 @@ bool Engine::step() {
   // make_room may have preempted requests placed earlier in this batch
   kept.erase(std::remove_if(kept.begin(), kept.end(), [](Live* r) { return r->done || !r->state.allocated(); }),
              kept.end());
-  for (Live* r : kept) {
-    batch.add_sequence(r->tokens.data() + r->fed, r->end - r->fed, r->fed, r->state);
-    (r->end - r->fed == 1 && r->generated > 0 ? report.decode_rows : report.prefill_rows) += r->end - r->fed;
+  // Rows that end their request's known tokens get a token; the backend samples them (on the
+  // device for a GPU backend) and returns only the tokens.
+  std::vector<SampleRow>& rows = sample_rows_;
+  rows.clear();
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Live& r = *kept[i];
+    batch.add_sequence(r.tokens.data() + r.fed, r.end - r.fed, r.fed, r.state);
+    (r.end - r.fed == 1 && r.generated > 0 ? report.decode_rows : report.prefill_rows) +=
+        r.end - r.fed;
+    if (r.end == r.total)
+      rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
+                      static_cast<uint64_t>(r.generated), r.return_logprob});
   }
   if (!kept.empty()) {
     worked = true;
     const auto tf = Clock::now();
     report.schedule_s = std::chrono::duration<double>(tf - t0).count();
-    // Rows that end their request's known tokens get a token; the backend samples them (on the
-    // device for a GPU backend) and returns only the tokens.
-    std::vector<SampleRow>& rows = sample_rows_;
-    rows.clear();
-    for (size_t i = 0; i < kept.size(); ++i) {
-      const Live& r = *kept[i];
-      if (r.end == r.total)
-        rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
-                        static_cast<uint64_t>(r.generated), r.return_logprob});
-    }
     double sample_s = 0;
     backend_->forward_and_sample(batch, rows, sampled_tokens_, &sample_s);
     report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count() - sample_s;
@@ -504,9 +503,7 @@ bool Engine::step() {
     report.sequences = static_cast<int>(kept.size());
     report.batch = &batch;
     report.mixer_seconds = &backend_->mixer_seconds();
-    std::vector<std::pair<Live*, size_t>>& sampled = sampled_;  // and the index of its token
-    sampled.clear();
-    size_t next = 0;
+    size_t next = 0;  // sampled_tokens_[next] is the token of the next row in `rows`
     for (size_t i = 0; i < kept.size(); ++i) {
       Live& r = *kept[i];
       r.fed = r.end;
@@ -516,9 +513,8 @@ bool Engine::step() {
         backend_->logits_row(static_cast<int32_t>(i), logits_.data());
         cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
       }
-      sampled.emplace_back(&r, next++);
+      emit_token(r, std::move(sampled_tokens_[next++]));
     }
-    for (auto& [r, token] : sampled) emit_token(*r, std::move(sampled_tokens_[token]));
   }
   remove_finished();
   const auto now = Clock::now();

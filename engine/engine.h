@@ -125,7 +125,6 @@ class Engine {
   std::vector<SampleRow> sample_rows_;         // the rows a step samples
   std::vector<SampledToken> sampled_tokens_;  // their tokens, from the backend
   int unremoved_ = 0;  // requests finished since remove_finished last swept them out
-  std::vector<std::pair<Live*, size_t>> sampled_;
   ForwardBatch batch_;
   std::vector<Live*> candidates_, in_batch_, kept_;  // per layer: 0 constant, 1 ring buffer, 2 per-token (K/V)
 
