@@ -1,5 +1,6 @@
 #include "engine/backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -11,13 +12,20 @@ void Backend::forward_and_sample(const ForwardBatch& batch, const std::vector<Sa
   forward(batch, sample_logits_);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = config().vocab_size;
-  tokens.clear();
-  for (const SampleRow& r : rows) {
+  for (const SampleRow& r : rows)  // checked first: the rows are sampled on worker threads
     if (r.row < 0 || (r.row + 1) * V > static_cast<int64_t>(sample_logits_.size()))
       throw std::out_of_range("forward_and_sample: row outside the forward pass's logits");
-    tokens.push_back(sample_token(sample_logits_.data() + r.row * V, static_cast<int>(V), *r.params,
-                                  *r.history, r.step, r.want_logprob));
-  }
+  tokens.resize(rows.size());
+  // A row costs O(V) (a large vocabulary with top-p: hundreds of µs), so rows go to threads once
+  // a chunk holds about 64k logits.
+  parallel_rows(static_cast<int64_t>(rows.size()), std::max<int64_t>(1, 65536 / V),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t i = begin; i < end; ++i) {
+                    const SampleRow& r = rows[i];
+                    tokens[i] = sample_token(sample_logits_.data() + r.row * V, static_cast<int>(V),
+                                             *r.params, *r.history, r.step, r.want_logprob);
+                  }
+                });
   if (sample_seconds)
     *sample_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,16 @@ class Backend {
   virtual void copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) = 0;
   // Seconds each layer's mixer took in the last forward pass (empty when not measured).
   virtual const std::vector<double>& mixer_seconds() const { return no_timing_; }
+
+ protected:
+  // Calls fn(begin, end) over chunks of [0, n) of at least `grain`; a backend with threads runs
+  // them in parallel. The default forward_and_sample spreads its rows this way: each row's token
+  // depends on that row alone, so any split gives the same tokens.
+  virtual void parallel_rows(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+    (void)grain;
+    fn(0, n);
+  }
 
  private:
   std::vector<double> no_timing_;

@@ -41,6 +41,56 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+// *std::max_element(v, v + n) for n ≥ 1, in eight independent lanes: max_element compares
+// through a pointer chain (~3 ns an element); the lanes' maximum is the same value for any
+// input without NaNs (a NaN first element is the one case it keeps, so that case defers to it).
+template <class T>
+T max_value(const T* v, int64_t n) {
+  if (std::isnan(v[0])) return v[0];
+  T lane[8];
+  std::fill(lane, lane + 8, v[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = v[i + k] > lane[k] ? v[i + k] : lane[k];
+  T m = v[0];
+  for (; i < n; ++i) m = v[i] > m ? v[i] : m;
+  for (int k = 0; k < 8; ++k) m = lane[k] > m ? lane[k] : m;
+  return m;
+}
+
+// std::max_element(v, v + n) - v: the first index of the maximum (for greedy decoding).
+template <class T>
+int32_t argmax(const T* v, int64_t n) {
+  const T m = max_value(v, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (v[i] == m) return static_cast<int32_t>(i);
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);  // a NaN first element
+}
+
+// The chosen token's log-probability and the top-n alternatives, of the model's own distribution
+// (the raw logits: vLLM's default), when asked for.
+void finish_logprobs(SampledToken& out, int32_t chosen, const float* raw, int vocab,
+                     const SamplingParams& p, bool want_logprob) {
+  out.token = chosen;
+  if (!want_logprob && p.logprobs == 0) return;
+  thread_local std::vector<int32_t> ids;
+  const double raw_max = max_value(raw, vocab);
+  double raw_sum = 0;
+  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(raw[i]) - raw_max);
+  const double raw_lse = raw_max + std::log(raw_sum);
+  out.logprob = static_cast<float>(raw[chosen] - raw_lse);
+  if (p.logprobs > 0) {
+    ids.resize(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    const int n = std::min(p.logprobs, vocab);
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
+    });
+    for (int i = 0; i < n; ++i)
+      out.top.emplace_back(ids[i], static_cast<float>(raw[ids[i]] - raw_lse));
+  }
+}
 }  // namespace
 
 float penalty_amount(const SamplingParams& p, int32_t count) {
@@ -59,6 +109,17 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
   thread_local std::vector<double> z, prob;
   thread_local std::vector<int32_t> ids;
   const float* raw = logits;
+  const bool penalised = (p.repetition_penalty != 1.0f && !history.seen.empty()) ||
+                         ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) &&
+                          !history.output_tokens.empty());
+  int32_t chosen;
+  if (p.temperature == 0.0f && !penalised) {
+    // Greedy on the raw logits: float → double is exact and monotonic, so this is the argmax
+    // (lowest id among equal maxima) the general path finds, without copying the vocabulary.
+    chosen = argmax(raw, vocab);
+    finish_logprobs(out, chosen, raw, vocab, p, want_logprob);
+    return out;
+  }
   // Penalties.
   z.assign(logits, logits + vocab);
   if (p.repetition_penalty != 1.0f && !history.seen.empty())
@@ -68,14 +129,13 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     for (int32_t tok : history.output_tokens)
       if (tok < vocab) z[tok] -= penalty_amount(p, history.output_counts[tok]);
 
-  int32_t chosen;
   if (p.temperature == 0.0f) {  // greedy: lowest id among equal maxima
-    chosen = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+    chosen = argmax(z.data(), vocab);
   } else {
     // Candidates by probability (ties by id), truncated by top-k, top-p, min-p.
     ids.resize(vocab);
     std::iota(ids.begin(), ids.end(), 0);
-    const double zmax = *std::max_element(z.begin(), z.end());
+    const double zmax = max_value(z.data(), vocab);
     prob.resize(vocab);
     double sum = 0;
     for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp((z[i] - zmax) / p.temperature));
@@ -84,21 +144,32 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     int64_t keep = vocab;
     if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
     const bool need_order = keep < vocab || p.top_p < 1.0f;
-    if (need_order) {
+    if (need_order && p.top_p >= 1.0f) {
       std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), better);
-      if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
-        double mass = 0;
-        int64_t n = 0;
-        while (n < keep) {
+    } else if (need_order) {
+      // The smallest prefix (in `better` order, within top-k) whose mass reaches top_p. It is
+      // usually a small part of the vocabulary, so the order is built only as far as the mass
+      // needs: the next best chunk (twice the last) is selected and sorted, then summed. `better`
+      // is a strict total order, so the prefix, its order and its sums are those of a full sort.
+      double mass = 0;
+      int64_t n = 0, sorted = 0;
+      bool reached = false;
+      while (n < keep && !reached) {
+        const int64_t next = std::min<int64_t>(keep, std::max<int64_t>(64, 2 * sorted));
+        if (next < vocab)
+          std::nth_element(ids.begin() + sorted, ids.begin() + next, ids.end(), better);
+        std::sort(ids.begin() + sorted, ids.begin() + next, better);
+        sorted = next;
+        while (n < sorted && !reached) {
           mass += prob[ids[n++]];
-          if (mass >= p.top_p) break;
+          reached = mass >= p.top_p;
         }
-        keep = n;
       }
+      keep = n;
     }
     ids.resize(keep);
     if (p.min_p > 0.0f) {
-      const double top = need_order ? prob[ids[0]] : *std::max_element(prob.begin(), prob.end());
+      const double top = need_order ? prob[ids[0]] : max_value(prob.data(), vocab);
       ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t i) { return prob[i] < p.min_p * top; }),
                 ids.end());
     }
@@ -115,22 +186,7 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
       }
     }
   }
-  out.token = chosen;
-  if (!want_logprob && p.logprobs == 0) return out;
-  // Log-probabilities of the model's own distribution (reported as logprobs, vLLM's default).
-  const double raw_max = *std::max_element(raw, raw + vocab);
-  double raw_sum = 0;
-  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(raw[i]) - raw_max);
-  const double raw_lse = raw_max + std::log(raw_sum);
-  out.logprob = static_cast<float>(raw[chosen] - raw_lse);
-  if (p.logprobs > 0) {
-    ids.resize(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    const int n = std::min(p.logprobs, vocab);
-    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
-                      [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
-    for (int i = 0; i < n; ++i) out.top.emplace_back(ids[i], static_cast<float>(raw[ids[i]] - raw_lse));
-  }
+  finish_logprobs(out, chosen, raw, vocab, p, want_logprob);
   return out;
 }
 

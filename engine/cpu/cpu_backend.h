@@ -36,6 +36,12 @@ class CpuBackend : public Backend {
   void copy_pages(const std::vector<int32_t>& from, const std::vector<int32_t>& to) override;
   const std::vector<double>& mixer_seconds() const override { return mixer_seconds_; }
 
+ protected:
+  void parallel_rows(int64_t n, int64_t grain,
+                     const std::function<void(int64_t, int64_t)>& fn) override {
+    threads_.parallel_for(n, fn, grain);
+  }
+
  private:
   struct Layer {
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;

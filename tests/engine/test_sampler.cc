@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "engine/sampler.h"
@@ -137,6 +138,84 @@ TEST(Sampler, PenaltiesAndLogprobs) {
   EXPECT_NEAR(s.top[0].second, std::log(prob[0]), 1e-5);
   EXPECT_NEAR(s.logprob, std::log(prob[0]), 1e-5);
   EXPECT_EQ(s.top[1].first, 1);
+}
+
+// The token the sampler's definition gives, with the whole vocabulary sorted: the oracle for
+// sample_token, which sorts only as far as top-p needs and takes greedy maxima in lanes.
+int32_t token_by_full_sort(const std::vector<float>& z, const SamplingParams& p, uint64_t step) {
+  const int64_t V = static_cast<int64_t>(z.size());
+  if (p.temperature == 0.0f)
+    return static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+  const double zmax = *std::max_element(z.begin(), z.end());
+  std::vector<double> prob(V);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += (prob[i] = std::exp((z[i] - zmax) / p.temperature));
+  for (double& v : prob) v /= sum;
+  std::vector<int32_t> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  int64_t keep = p.top_k > 0 ? std::min<int64_t>(V, p.top_k) : V;
+  const bool need_order = keep < V || p.top_p < 1.0f;  // else the draw runs in id order
+  if (need_order)
+    std::sort(ids.begin(), ids.end(),
+              [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); });
+  if (p.top_p < 1.0f) {
+    double mass = 0;
+    int64_t n = 0;
+    while (n < keep) {
+      mass += prob[ids[n++]];
+      if (mass >= p.top_p) break;
+    }
+    keep = n;
+  }
+  ids.resize(keep);
+  if (p.min_p > 0.0f) {
+    const double top = need_order ? prob[ids[0]] : *std::max_element(prob.begin(), prob.end());
+    ids.erase(
+        std::remove_if(ids.begin(), ids.end(), [&](int32_t i) { return prob[i] < p.min_p * top; }),
+        ids.end());
+  }
+  double mass = 0;
+  for (int32_t i : ids) mass += prob[i];
+  const double u = counter_uniform(p.seed, step) * mass;
+  double acc = 0;
+  for (int32_t i : ids)
+    if (u < (acc += prob[i])) return i;
+  return ids.back();
+}
+
+TEST(Sampler, SameTokensAsAFullSortOfTheVocabulary) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int V : {2, 7, 63, 64, 65, 129, 1000, 5000}) {
+    for (float scale : {0.05f, 1.0f, 8.0f}) {  // flat, moderate, peaked distributions
+      std::vector<float> z(V);
+      std::normal_distribution<float> normal(0.0f, scale);
+      for (float& x : z) x = std::round(normal(rng) * 4) / 4;  // rounded: many exact ties
+      z[V / 2] = 0.0f, z[V - 1] = -0.0f;                       // signed zeros tie too
+      for (float t : {0.0f, 0.6f, 1.0f, 2.0f})
+        for (float top_p : {1.0f, 0.999f, 0.9f, 0.5f, 0.05f})
+          for (int top_k : {0, 1, 5, 100}) {
+            SamplingParams p;
+            p.temperature = t;
+            p.top_p = top_p;
+            p.top_k = top_k;
+            p.min_p = top_k == 5 ? 0.1f : 0.0f;
+            p.seed = static_cast<uint64_t>(V) * 31 + top_k;
+            for (uint64_t step = 0; step < 8; ++step, ++checked)
+              ASSERT_EQ(sample_token(z.data(), V, p, {}, step).token,
+                        token_by_full_sort(z, p, step))
+                  << "V " << V << " scale " << scale << " T " << t << " top_p " << top_p
+                  << " top_k " << top_k << " step " << step;
+          }
+    }
+  }
+  EXPECT_EQ(checked, 8 * 3 * 4 * 5 * 4 * 8);
+  std::vector<float> nan_first = {std::nanf(""), 1.0f, 2.0f};  // max_element keeps a NaN at 0
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(sample_token(nan_first.data(), 3, greedy, {}, 0).token, 0);
+  std::vector<float> nan_later = {1.0f, std::nanf(""), 3.0f, 3.0f};  // and skips later ones
+  EXPECT_EQ(sample_token(nan_later.data(), 4, greedy, {}, 0).token, 2);
 }
 
 TEST(Sampler, ValidateNamesTheParameter) {
