@@ -48,8 +48,9 @@ TEST(Gemm, RowsDoNotDependOnTheBatchOrThreads) {
 }
 
 TEST(Gemm, ScalarAndVectorPathsAgreeBitForBit) {
-  // 5 rows (one partial tile) and 29 (two full tiles of 12, a partial one; AVX2 halves of 6).
-  for (int64_t m : {5, 29}) {
+  // 5 rows (one short tile), 8, 29 (tiles of 9, 10, 10; AVX2 halves of 6) and 64 (tiles of 11
+  // and 10); n = 200 is 13 panels, so the last AVX-512 pair has one panel, and a partial one.
+  for (int64_t m : {5, 8, 29, 64}) {
     const int64_t n = 200, k = 77;
     auto w = randn(n * k, 4), x = randn(m * k, 5);
     PackedWeight pw(w.data(), nullptr, n, k);
