@@ -1,5 +1,7 @@
 // A fixed pool of worker threads with a deterministic parallel_for: [0, n) is cut into the same
-// contiguous chunks on every call with the same n, so results never depend on timing.
+// contiguous chunks on every call with the same n, so results never depend on timing. Whichever
+// thread is free takes the next chunk, so a worker that the OS leaves waiting (a shared machine)
+// does not stall the caller.
 // Decode steps issue many small parallel loops, so waking workers must cost microseconds, not a
 // futex round trip each: idle workers spin for a short while (kSpinMicros) before sleeping.
 #pragma once
@@ -29,17 +31,20 @@ class ThreadPool {
   static constexpr int kSpinMicros = 1000;
 
  private:
-  void worker(int index);
+  void worker();
+  bool run_claimed_chunks();  // takes chunks of the current job until none is left
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> claim_{0};  // job number, next chunk and chunk count (thread_pool.cc)
+  std::atomic<int64_t> done_{0};    // chunks of the current job finished
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0, job_chunks_ = 0;
+  int64_t job_n_ = 0;
+  uint64_t jobs_ = 0;  // jobs started (the caller's count; its low 32 bits tag claim_)
 };
 
 }  // namespace mixserve
