@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -13,7 +14,9 @@
 namespace mixserve {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this] { worker(); });
+  if (threads > 0xffff) throw std::invalid_argument("at most 65535 threads");
+  slots_ = std::make_unique<Slot[]>(std::max(threads, 1));
+  for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -31,28 +34,12 @@ void run_chunk(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64
   int64_t begin = n * index / chunks, end = n * (index + 1) / chunks;
   if (begin < end) fn(begin, end);
 }
-// The claim word: which job (32 bits), the next chunk to take (16), the job's chunk count (16).
-uint64_t claim_word(uint64_t job, int64_t next, int64_t chunks) {
-  return job << 32 | static_cast<uint64_t>(next) << 16 | static_cast<uint64_t>(chunks);
-}
 }  // namespace
 
-bool ThreadPool::run_claimed_chunks() {
-  bool ran = false;
-  uint64_t c = claim_.load(std::memory_order_acquire);
-  for (;;) {
-    const int64_t next = (c >> 16) & 0xffff, chunks = c & 0xffff;
-    if (next >= chunks) return ran;
-    // A successful claim keeps the job alive (the caller waits for this chunk), so job_ is safe
-    // to read; a failed one reloads c, which may be a later job's word.
-    if (!claim_.compare_exchange_weak(c, c + (uint64_t{1} << 16), std::memory_order_acq_rel,
-                                      std::memory_order_acquire))
-      continue;
-    run_chunk(*job_, job_n_, chunks, next);
-    done_.fetch_add(1, std::memory_order_release);
-    ran = true;
-    c = claim_.load(std::memory_order_acquire);
-  }
+bool ThreadPool::claim(int64_t chunk, uint64_t job) {
+  uint64_t last = slots_[chunk].job.load(std::memory_order_acquire);
+  return last < job &&
+         slots_[chunk].job.compare_exchange_strong(last, job, std::memory_order_acq_rel);
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
@@ -67,23 +54,30 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   job_ = &fn;
   job_n_ = n;
   done_.store(0, std::memory_order_relaxed);
-  claim_.store(claim_word(++jobs_, 0, chunks), std::memory_order_release);
+  const uint64_t job = ++jobs_;
+  job_word_.store(job << 16 | static_cast<uint64_t>(chunks), std::memory_order_release);
   generation_.fetch_add(1);  // wakes the workers (seq_cst: pairs with sleepers_ below)
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     wake_cv_.notify_all();
   }
-  // The caller takes chunks too, as many as the workers leave it: a worker the OS has not run
-  // yet (another process on its core) costs nothing but its share of the work.
-  run_claimed_chunks();
-  // Wait only for chunks a worker has started; yield now and then so it can finish on this core.
-  for (int polls = 1; done_.load(std::memory_order_acquire) < chunks; ++polls) {
+  run_chunk(fn, n, chunks, 0);
+  // Worker t runs chunk t (the same columns of the same weights every step, so they stay in its
+  // cache); a chunk whose worker has not started it yet — the OS has not run that worker, on a
+  // shared machine — the caller runs itself instead of waiting.
+  if (done_.load(std::memory_order_acquire) < chunks - 1)
+    for (int64_t t = 1; t < chunks; ++t)
+      if (claim(t, job)) {
+        run_chunk(fn, n, chunks, t);
+        done_.fetch_add(1, std::memory_order_release);
+      }
+  for (int polls = 1; done_.load(std::memory_order_acquire) < chunks - 1; ++polls) {
     MIXSERVE_PAUSE();
     if (polls % 4096 == 0) std::this_thread::yield();
   }
 }
 
-void ThreadPool::worker() {
+void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
     // Spin briefly for the next job, then sleep until notified.
@@ -102,7 +96,15 @@ void ThreadPool::worker() {
     }
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
-    run_claimed_chunks();
+    // The newest job (a late worker may find one newer than what woke it); a won claim keeps it
+    // alive until this chunk is counted done, so job_ and job_n_ are its own.
+    const uint64_t word = job_word_.load(std::memory_order_acquire);
+    const uint64_t job = word >> 16;
+    const int64_t chunks = static_cast<int64_t>(word & 0xffff);
+    if (index < chunks && claim(index, job)) {
+      run_chunk(*job_, job_n_, chunks, index);
+      done_.fetch_add(1, std::memory_order_release);
+    }
   }
 }
 

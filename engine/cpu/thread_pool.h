@@ -1,7 +1,7 @@
 // A fixed pool of worker threads with a deterministic parallel_for: [0, n) is cut into the same
-// contiguous chunks on every call with the same n, so results never depend on timing. Whichever
-// thread is free takes the next chunk, so a worker that the OS leaves waiting (a shared machine)
-// does not stall the caller.
+// contiguous chunks on every call with the same n, so results never depend on timing. Worker t
+// runs chunk t; a chunk whose worker the OS has not run yet (a shared machine) is run by the
+// caller instead, so one descheduled worker does not stall a decode step.
 // Decode steps issue many small parallel loops, so waking workers must cost microseconds, not a
 // futex round trip each: idle workers spin for a short while (kSpinMicros) before sleeping.
 #pragma once
@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -31,20 +32,25 @@ class ThreadPool {
   static constexpr int kSpinMicros = 1000;
 
  private:
-  void worker();
-  bool run_claimed_chunks();  // takes chunks of the current job until none is left
+  void worker(int index);
+  // Takes chunk `chunk` of job `job` for the calling thread; false when someone already has.
+  bool claim(int64_t chunk, uint64_t job);
 
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> job{0};  // the last job whose chunk of this index was taken
+  };
   std::vector<std::thread> workers_;
+  std::unique_ptr<Slot[]> slots_;  // [size()]; slot 0 (the caller's chunk) is unused
   std::mutex mu_;
   std::condition_variable wake_cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<uint64_t> claim_{0};  // job number, next chunk and chunk count (thread_pool.cc)
-  std::atomic<int64_t> done_{0};    // chunks of the current job finished
+  std::atomic<uint64_t> job_word_{0};  // (job number << 16) | chunk count
+  std::atomic<int64_t> done_{0};       // chunks 1 … count−1 of the current job finished
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  uint64_t jobs_ = 0;  // jobs started (the caller's count; its low 32 bits tag claim_)
+  uint64_t jobs_ = 0;  // jobs started (the caller's count)
 };
 
 }  // namespace mixserve
