@@ -4,6 +4,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -281,18 +284,55 @@ uint16_t float_to_bfloat16(float f) {
   return static_cast<uint16_t>((x + round) >> 16);
 }
 
+void halves_to_floats(const uint16_t* h, float* f, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  // The instruction quiets a signalling NaN; a block holding any NaN takes the scalar path, which
+  // keeps every payload bit.
+  const __m128i abs_mask = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
+    if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(v, abs_mask), inf)))
+      for (size_t j = i; j < i + 8; ++j) f[j] = half_to_float(h[j]);
+    else
+      _mm256_storeu_ps(f + i, _mm256_cvtph_ps(v));
+  }
+#endif
+  for (; i < n; ++i) f[i] = half_to_float(h[i]);
+}
+
+void floats_to_halves(const float* f, uint16_t* h, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(f + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))  // NaNs: the scalar path's payloads
+      for (size_t j = i; j < i + 8; ++j) h[j] = float_to_half(f[j]);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < n; ++i) h[i] = float_to_half(f[i]);
+}
+
 std::vector<float> to_float32(const TensorView& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   switch (t.dtype) {
     case DType::kF32:
       if (t.bytes) std::memcpy(out.data(), t.data, t.bytes);
       break;
-    case DType::kF16:
+    case DType::kF16: {
+      std::vector<uint16_t> h(out.size());  // the data may sit at an odd address
+      if (t.bytes) std::memcpy(h.data(), t.data, t.bytes);
+      halves_to_floats(h.data(), out.data(), out.size());
+      break;
+    }
     case DType::kBF16:
       for (size_t i = 0; i < out.size(); ++i) {
         uint16_t v;
         std::memcpy(&v, t.data + 2 * i, 2);
-        out[i] = t.dtype == DType::kF16 ? half_to_float(v) : bfloat16_to_float(v);
+        out[i] = bfloat16_to_float(v);
       }
       break;
     default:

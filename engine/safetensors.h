@@ -79,6 +79,11 @@ float half_to_float(uint16_t h);
 float bfloat16_to_float(uint16_t b);
 uint16_t float_to_half(float f);      // round to nearest even (for tests and writers)
 uint16_t float_to_bfloat16(float f);  // round to nearest even, NaN stays NaN
+// The same conversions for whole arrays, with the CPU's F16C instructions where it has them (the
+// same bits as the functions above: tested over every half and every rounding case). Loading a
+// model converts every float16 weight; one at a time that was most of a large model's load.
+void halves_to_floats(const uint16_t* h, float* f, size_t n);
+void floats_to_halves(const float* f, uint16_t* h, size_t n);
 // The tensor as float32: F32 copied, F16/BF16 converted; other dtypes throw ModelError.
 std::vector<float> to_float32(const TensorView& t);
 // The tensor's data in place when it is F32 and 4-byte aligned (zero copy), else nullptr.

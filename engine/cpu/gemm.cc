@@ -315,13 +315,22 @@ void gemm_force_avx2(bool avx2) {
 PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k, bool allow_half)
     : n_out_(n_out), k_(k) {
   const int64_t panels = (n_out + P - 1) / P;
+  // Stored as float16 when every weight is a float16 value (a float16 checkpoint): converted once,
+  // and back, to check.
+  std::vector<uint16_t> halves;
   bool half = allow_half;
-  for (int64_t i = 0; i < n_out * k && half; ++i) half = half_to_float(float_to_half(w[i])) == w[i];
+  if (half) {
+    halves.resize(n_out * k);
+    std::vector<float> back(n_out * k);
+    floats_to_halves(w, halves.data(), halves.size());
+    halves_to_floats(halves.data(), back.data(), back.size());
+    for (int64_t i = 0; i < n_out * k && half; ++i) half = back[i] == w[i];
+  }
   auto index = [&](int64_t n, int64_t kk) { return (n / P) * k * P + kk * P + n % P; };
   if (half) {
     panels16_.assign(panels * k * P, 0);
     for (int64_t n = 0; n < n_out; ++n)
-      for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = float_to_half(w[n * k + kk]);
+      for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = halves[n * k + kk];
   } else {
     panels_.assign(panels * k * P, 0.0f);
     for (int64_t n = 0; n < n_out; ++n)

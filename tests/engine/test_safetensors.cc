@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "engine/safetensors.h"
 
@@ -216,6 +218,47 @@ TEST(HalfFloat, FloatToHalfRoundsToNearestEven) {
   EXPECT_EQ(float_to_half(-std::ldexp(1.0f, -30)), 0x8000);    // keeps the sign
   EXPECT_EQ(float_to_half(std::ldexp(1023.5f, -24)), 0x0400);  // subnormal rounds to normal
   EXPECT_TRUE(std::isnan(half_to_float(float_to_half(std::nanf("")))));
+}
+
+TEST(HalfFloat, ArrayConversionsGiveTheSameBitsAsOneAtATime) {
+  // Every half, widened in one array (odd length: the vector body and the scalar tail).
+  std::vector<uint16_t> halves(65535);
+  for (uint32_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(halves.size());
+  halves_to_floats(halves.data(), wide.data(), halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const float one = half_to_float(halves[i]);
+    ASSERT_EQ(std::memcmp(&wide[i], &one, 4), 0) << "half 0x" << std::hex << halves[i];
+  }
+  // Floats to round: every half's value, its neighbours, the midpoints between halves (ties),
+  // values past the half range, float subnormals, infinities and NaNs, and random bit patterns.
+  std::vector<float> floats;
+  for (float f : wide) {
+    floats.push_back(f);
+    floats.push_back(std::nextafter(f, std::numeric_limits<float>::infinity()));
+    floats.push_back(std::nextafter(f, -std::numeric_limits<float>::infinity()));
+  }
+  for (uint32_t i = 0; i + 1 < 0x7c00; ++i) {
+    const float lo = half_to_float(static_cast<uint16_t>(i)),
+                hi = half_to_float(static_cast<uint16_t>(i + 1));
+    floats.push_back((lo + hi) / 2);
+    floats.push_back(-(lo + hi) / 2);
+  }
+  for (float f : {65504.0f, 65519.0f, 65520.0f, 1e9f, 1e-40f, -1e-45f,
+                  std::numeric_limits<float>::infinity()})
+    floats.push_back(f), floats.push_back(-f);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    floats.push_back(f);
+  }
+  std::vector<uint16_t> narrow(floats.size());
+  floats_to_halves(floats.data(), narrow.data(), floats.size());
+  for (size_t i = 0; i < floats.size(); ++i)
+    ASSERT_EQ(narrow[i], float_to_half(floats[i]))
+        << "float " << floats[i] << " (index " << i << ")";
 }
 
 TEST(BFloat16, EveryValueConvertsExactly) {

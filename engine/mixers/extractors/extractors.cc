@@ -48,8 +48,12 @@ class CpuExtractor : public CpuLayerPart {
     if (kind_ == MixerKind::kShe) {  // E as [W·d_in, d_out], transposed to a projection's [out, in]
       const int64_t K = W_ * d_;
       std::vector<float> ext_t(K * d_);
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t o = 0; o < d_; ++o) ext_t[o * K + k] = ext_[k * d_ + o];
+      constexpr int64_t kTile = 32;  // in tiles, so that neither side strides through memory
+      for (int64_t k0 = 0; k0 < K; k0 += kTile)
+        for (int64_t o0 = 0; o0 < d_; o0 += kTile)
+          for (int64_t k = k0; k < std::min(K, k0 + kTile); ++k)
+            for (int64_t o = o0; o < std::min(d_, o0 + kTile); ++o)
+              ext_t[o * K + k] = ext_[k * d_ + o];
       ext_packed_ = PackedWeight(ext_t.data(), nullptr, d_, K);
     }
   }
