@@ -109,11 +109,12 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
   thread_local std::vector<double> z, prob;
   thread_local std::vector<int32_t> ids;
   const float* raw = logits;
-  const bool penalised = (p.repetition_penalty != 1.0f && !history.seen.empty()) ||
-                         ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) &&
-                          !history.output_tokens.empty());
+  // Which penalties change a logit (presence/frequency only once something was generated).
+  const bool repetition = p.repetition_penalty != 1.0f && !history.seen.empty();
+  const bool presence =
+      (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && !history.output_tokens.empty();
   int32_t chosen;
-  if (p.temperature == 0.0f && !penalised) {
+  if (p.temperature == 0.0f && !repetition && !presence) {
     // Greedy on the raw logits: float → double is exact and monotonic, so this is the argmax
     // (lowest id among equal maxima) the general path finds, without copying the vocabulary.
     chosen = argmax(raw, vocab);
@@ -122,10 +123,10 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
   }
   // Penalties.
   z.assign(logits, logits + vocab);
-  if (p.repetition_penalty != 1.0f && !history.seen.empty())
+  if (repetition)
     for (int i = 0; i < vocab; ++i)
       if (history.seen[i]) z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
-  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+  if (presence)
     for (int32_t tok : history.output_tokens)
       if (tok < vocab) z[tok] -= penalty_amount(p, history.output_counts[tok]);
 
