@@ -1,6 +1,7 @@
 // The interface every mixer and FFN implements on the CPU, and the batch it runs on.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,6 +23,10 @@ struct SeqBatch {
   const StateView* state = nullptr;    // [n_seq]
   int64_t rows() const { return row_start[n_seq]; }
   int64_t seq_rows(int s) const { return row_start[s + 1] - row_start[s]; }
+  int seq_of_row(int64_t r) const {  // the sequence row r belongs to
+    return static_cast<int>(std::upper_bound(row_start + 1, row_start + n_seq + 1, r) -
+                            (row_start + 1));
+  }
 };
 
 struct CpuContext {
