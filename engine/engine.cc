@@ -476,15 +476,17 @@ bool Engine::step() {
       budget -= r->end - r->fed;
       kept.push_back(r);
     }
-  // make_room may have preempted requests placed earlier in this batch
-  kept.erase(std::remove_if(kept.begin(), kept.end(), [](Live* r) { return r->done || !r->state.allocated(); }),
-             kept.end());
   // Rows that end their request's known tokens get a token; the backend samples them (on the
-  // device for a GPU backend) and returns only the tokens.
+  // device for a GPU backend) and returns only the tokens. Requests make_room preempted after
+  // they were placed in the batch are dropped from it on the way.
   std::vector<SampleRow>& rows = sample_rows_;
   rows.clear();
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const Live& r = *kept[i];
+  size_t placed = 0;
+  for (Live* rp : kept) {
+    if (rp->done || !rp->state.allocated()) continue;
+    const size_t i = placed++;
+    kept[i] = rp;
+    const Live& r = *rp;
     batch.add_sequence(r.tokens.data() + r.fed, r.end - r.fed, r.fed, r.state);
     (r.end - r.fed == 1 && r.generated > 0 ? report.decode_rows : report.prefill_rows) +=
         r.end - r.fed;
@@ -492,6 +494,7 @@ bool Engine::step() {
       rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
                       static_cast<uint64_t>(r.generated), r.return_logprob});
   }
+  kept.resize(placed);
   if (!kept.empty()) {
     worked = true;
     const auto tf = Clock::now();

@@ -3,9 +3,7 @@
 namespace mixserve {
 
 int32_t StateAllocator::layer_pages_for(int layer, int64_t tokens) const {
-  const int64_t floats = backend_.state_layouts()[layer].floats_for(tokens);
-  const int64_t pf = backend_.page_floats();
-  return static_cast<int32_t>((floats + pf - 1) / pf);
+  return pages_holding(backend_.state_layouts()[layer].floats_for(tokens), backend_.page_floats());
 }
 
 int32_t StateAllocator::pages_for(int64_t tokens) const {
@@ -32,20 +30,25 @@ bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
   // States that grow per token get kGrowTokens at a time, so a decoding sequence takes pages
   // every 16th step instead of every step (vLLM's block size).
   tokens = (tokens + kGrowTokens - 1) / kGrowTokens * kGrowTokens;
-  growing_layers();
   int32_t need = 0;
-  for (int l : growing_) need += layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size());
+  for (const GrowingLayer& g : growing_layers())
+    need += pages_of(g, tokens) - static_cast<int32_t>(s.layer_pages[g.layer].size());
   if (need > pool_.free_count()) return false;
-  for (int l : growing_)
-    pool_.allocate(layer_pages_for(l, tokens) - static_cast<int32_t>(s.layer_pages[l].size()), s.layer_pages[l]);
+  for (const GrowingLayer& g : growing_) {
+    std::vector<int32_t>& pages = s.layer_pages[g.layer];
+    pool_.allocate(pages_of(g, tokens) - static_cast<int32_t>(pages.size()), pages);
+  }
   s.capacity_tokens = tokens;
   return true;
 }
 
-const std::vector<int>& StateAllocator::growing_layers() {
+const std::vector<StateAllocator::GrowingLayer>& StateAllocator::growing_layers() {
   if (!fixed_checked_) {  // which layers have per-token state at all
-    for (int l = 0; l < backend_.config().n_layers; ++l)
-      if (backend_.state_layouts()[l].token_floats > 0) growing_.push_back(l);
+    page_floats_ = backend_.page_floats();
+    for (int l = 0; l < backend_.config().n_layers; ++l) {
+      const StateLayout& s = backend_.state_layouts()[l];
+      if (s.token_floats > 0) growing_.push_back({l, s.fixed_floats, s.token_floats});
+    }
     fixed_checked_ = true;
   }
   return growing_;
@@ -53,7 +56,8 @@ const std::vector<int>& StateAllocator::growing_layers() {
 
 void StateAllocator::reserve_tables(SequenceState& s, int64_t tokens) {
   if (s.layer_pages.empty()) return;
-  for (int l : growing_layers()) s.layer_pages[l].reserve(layer_pages_for(l, tokens + kGrowTokens));
+  for (const GrowingLayer& g : growing_layers())
+    s.layer_pages[g.layer].reserve(pages_of(g, tokens + kGrowTokens));
 }
 
 void StateAllocator::release(SequenceState& s) {

@@ -44,8 +44,22 @@ class StateAllocator {
  private:
   Backend& backend_;
   PagePool& pool_;
-  const std::vector<int>& growing_layers();
-  std::vector<int> growing_;  // layers whose state grows per token (K/V); only they need grow()
+  // The layers whose state grows per token (K/V): only they need grow(), which runs for a
+  // sixteenth of the decoding requests every step, so their sizes are kept here in plain
+  // numbers rather than asked of the backend each time.
+  struct GrowingLayer {
+    int layer;
+    int64_t fixed_floats, token_floats;
+  };
+  const std::vector<GrowingLayer>& growing_layers();
+  static int32_t pages_holding(int64_t floats, int64_t page_floats) {
+    return static_cast<int32_t>((floats + page_floats - 1) / page_floats);
+  }
+  int32_t pages_of(const GrowingLayer& g, int64_t tokens) const {
+    return pages_holding(g.fixed_floats + tokens * g.token_floats, page_floats_);
+  }
+  std::vector<GrowingLayer> growing_;
+  int64_t page_floats_ = 0;
   bool fixed_checked_ = false;
   // Enough for a whole batch ending in one step; tables with room for more page ids than
   // kSpareTableIds (a long context's K/V) are freed instead, so spares stay a few MiB at most.
