@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 
@@ -89,6 +90,8 @@ def main():
     ap.add_argument("--mixers", default="all")
     ap.add_argument("--steps", type=int, default=24, help="decode steps timed by mixserve")
     ap.add_argument("--ref-steps", type=int, default=8, help="decode steps timed by the reference")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating runs of both sides per model; each side's figure is its median round")
     ap.add_argument("--models-dir", default="/tmp/mixserve-bench-models")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "release", "bench", "mixserve-bench"))
     args = ap.parse_args()
@@ -102,14 +105,24 @@ def main():
     rows = []
     for i, (name, path) in enumerate(models):
         print(f"[bench {i + 1}/{len(models)}] {name}", flush=True)
-        ours = run_json_lines([args.bin, "--model", path, "--batches", args.batches, "--steps", str(args.steps),
-                               "--threads", str(args.threads)])
-        ref = run_json_lines(["/usr/bin/python3", os.path.join(ROOT, "reference", "bench_decode.py"), "--model", path,
-                              "--batches", args.batches, "--steps", str(args.ref_steps), "--threads", str(args.threads)])
-        for o, r in zip(ours, ref):
-            row = {"name": name, "model": path, "batch": o["batch"], "mixserve_ms": o["ms_per_step_median"],
-                   "mixserve_tok_s": o["tok_s"], "reference_ms": r["ms_per_step_median"], "reference_tok_s": r["tok_s"],
-                   "speedup": r["ms_per_step_median"] / o["ms_per_step_median"]}
+        # Both sides alternate, round after round, so that a burst of other work on a shared
+        # machine lands on both, and each side's figure is the median of its rounds.
+        ours_rounds, ref_rounds = [], []
+        for _ in range(args.rounds):
+            ours_rounds.append(run_json_lines([args.bin, "--model", path, "--batches", args.batches, "--steps",
+                                               str(args.steps), "--threads", str(args.threads)]))
+            ref_rounds.append(run_json_lines(["/usr/bin/python3", os.path.join(ROOT, "reference", "bench_decode.py"),
+                                              "--model", path, "--batches", args.batches, "--steps", str(args.ref_steps),
+                                              "--threads", str(args.threads)]))
+        ours = ours_rounds[0]
+        for b, o in enumerate(ours):
+            ours_ms = [rnd[b]["ms_per_step_median"] for rnd in ours_rounds]
+            ref_ms = [rnd[b]["ms_per_step_median"] for rnd in ref_rounds]
+            ms, ref = statistics.median(ours_ms), statistics.median(ref_ms)
+            row = {"name": name, "model": path, "batch": o["batch"], "mixserve_ms": ms,
+                   "mixserve_tok_s": o["batch"] / (ms / 1e3), "reference_ms": ref,
+                   "reference_tok_s": o["batch"] / (ref / 1e3), "speedup": ref / ms,
+                   "mixserve_ms_rounds": ours_ms, "reference_ms_rounds": ref_ms}
             rows.append(row)
             print(f"   batch {row['batch']:3d}: mixserve {row['mixserve_ms']:8.3f} ms  reference {row['reference_ms']:8.3f} ms"
                   f"  speedup {row['speedup']:6.1f}x", flush=True)
@@ -118,7 +131,9 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     result = {"benchmark": "cpu-decode", "date": date, "host": host, "cpu": cpu, "cores": os.cpu_count(),
               "threads": args.threads, "gemm": ours[0].get("gemm") if ours else "", "rows": rows,
-              "note": "ratios measured side by side in one run; absolute times on a shared 2-core VM are noisy"}
+              "rounds": args.rounds,
+              "note": "ratios measured side by side in one run, both sides alternating for `rounds` rounds (each "
+                      "figure its side's median round); absolute times on a shared 2-core VM are noisy"}
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     stem = os.path.join(ROOT, "bench", "results", f"cpu-decode-{date}")
     with open(stem + ".json", "w") as f:
