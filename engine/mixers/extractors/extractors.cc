@@ -60,19 +60,41 @@ class CpuExtractor : public CpuLayerPart {
 
   void forward(const SeqBatch& b, const float* x, float* y, CpuContext& ctx) override {
     const int64_t rows = b.rows(), d = d_;
-    const float* src = x;
-    if (!inp_.empty()) {
-      u_.resize(rows * d);
-      inp_.multiply(x, rows, u_.data(), ctx.pool);
-      src = u_.data();
-    }
     float* ext = has_adjust(kind_) ? (ext_out_.resize(rows * d), ext_out_.data()) : y;
-    if (kind_ == MixerKind::kShe) she_extract(b, src, ext, ctx);
-    else vector_extract(b, src, ext, ctx);
-    push_ring(b, src);
-    if (!has_adjust(kind_)) return;
-    float* adj = !out_.empty() ? (adj_out_.resize(rows * d), adj_out_.data()) : y;
-    adj_.multiply(x, rows, adj, ctx.pool);
+    float* adj = !has_adjust(kind_) ? nullptr
+                 : !out_.empty()    ? (adj_out_.resize(rows * d), adj_out_.data())
+                                    : y;
+    auto extract = [&](CpuContext& c) {
+      const float* src = x;
+      if (!inp_.empty()) {
+        u_.resize(rows * d);
+        inp_.multiply(x, rows, u_.data(), c.pool);
+        src = u_.data();
+      }
+      if (kind_ == MixerKind::kShe)
+        she_extract(b, src, ext, c);
+      else
+        vector_extract(b, src, ext, c);
+      push_ring(b, src);
+    };
+    // At batch 1–2 HE's and WE's projections are d×d matrix–vector products, too small to split
+    // over cores, so each ran on one core while the others waited: the extraction and the
+    // adjustment projection read only x, so they run side by side instead (each alone, so the
+    // same sums in the same order). SHE's extraction is large enough to split by itself.
+    if (adj && kind_ != MixerKind::kShe && rows <= 2 && ctx.pool && ctx.pool->size() > 1) {
+      CpuContext alone;
+      ctx.pool->parallel_for(2, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          if (i == 0)
+            extract(alone);
+          else
+            adj_.multiply(x, rows, adj, nullptr);
+      });
+    } else {
+      extract(ctx);
+      if (!adj) return;
+      adj_.multiply(x, rows, adj, ctx.pool);
+    }
     for (int64_t i = 0; i < rows * d; ++i) adj[i] *= ext[i];
     if (!out_.empty()) out_.multiply(adj, rows, y, ctx.pool);
   }
@@ -88,17 +110,20 @@ class CpuExtractor : public CpuLayerPart {
     return b.state[seq].at(((pos - lag) % W_) * d_);
   }
 
-  // Calls fn(seq, row) for every row in [r0, r1), spread over the thread pool.
+  // Calls fn(seq, row) for every row in [r0, r1), spread over the thread pool (if there is one).
   template <typename Fn>
   void for_rows(const SeqBatch& b, int64_t r0, int64_t r1, CpuContext& ctx, Fn fn) const {
-    ctx.pool->parallel_for(r1 - r0, [&](int64_t i0, int64_t i1) {
-      int seq = static_cast<int>(std::upper_bound(b.row_start, b.row_start + b.n_seq + 1, r0 + i0) -
-                                 b.row_start) - 1;
+    auto rows = [&](int64_t i0, int64_t i1) {
+      int seq = b.seq_of_row(r0 + i0);
       for (int64_t r = r0 + i0; r < r0 + i1; ++r) {
         while (r >= b.row_start[seq + 1]) ++seq;
         fn(seq, r);
       }
-    });
+    };
+    if (ctx.pool)
+      ctx.pool->parallel_for(r1 - r0, rows);
+    else
+      rows(0, r1 - r0);
   }
 
   // SHE: ext = [s_p, s_{p−1}, …, s_{p−W+1}] · [E_0; …; E_{W−1}] as one GEMM with K = W·d, so a
