@@ -43,6 +43,11 @@ void update_row(float a, float b, const float* __restrict v, float* __restrict s
   }
 }
 
+// y += a·x over n floats (restrict: vectorises).
+void multiply_add_scalar(float a, const float* __restrict x, float* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 class CpuLinearAttention : public CpuLayerPart {
  public:
   CpuLinearAttention(const ModelConfig& cfg, const LayerConfig& layer, const WeightSource& w,
@@ -54,7 +59,13 @@ class CpuLinearAttention : public CpuLayerPart {
         eps_(layer.eps),
         qkv_(load_fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
         o_(load_linear(w, p + "o", d_, d_, cfg.bias)),
-        omega_(layer.kind == MixerKind::kPerformer ? w.get(p + "features") : nullptr) {}
+        omega_(layer.kind == MixerKind::kPerformer ? w.get(p + "features") : nullptr) {
+    if (omega_) {  // [m, h] → [h, m]
+      omega_t_.resize(m_ * h_);
+      for (int64_t f = 0; f < m_; ++f)
+        for (int64_t i = 0; i < h_; ++i) omega_t_[i * m_ + f] = omega_[f * h_ + i];
+    }
+  }
 
   void forward(const SeqBatch& b, const float* x, float* y, CpuContext& ctx) override {
     const int64_t rows = b.rows(), d = d_;
@@ -90,11 +101,11 @@ class CpuLinearAttention : public CpuLayerPart {
     float sq = 0.0f;
     for (int64_t i = 0; i < h_; ++i) sq += (x[i] * scale) * (x[i] * scale);
     const float norm = 1.0f / std::sqrt(static_cast<float>(m_));
-    for (int64_t f = 0; f < m_; ++f) {
-      float dot = 0.0f;
-      for (int64_t i = 0; i < h_; ++i) dot += (x[i] * scale) * omega_[f * h_ + i];
-      phi[f] = dot - sq / 2;
-    }
+    // ω·x' for every feature at once, features innermost (vectorised): each feature's sum still
+    // runs over i in order, as one dot product per feature would.
+    std::fill(phi, phi + m_, 0.0f);
+    for (int64_t i = 0; i < h_; ++i) multiply_add_scalar(x[i] * scale, &omega_t_[i * m_], phi, m_);
+    for (int64_t f = 0; f < m_; ++f) phi[f] -= sq / 2;
     exp_inplace(phi, m_);
     for (int64_t f = 0; f < m_; ++f) phi[f] *= norm;
   }
@@ -124,6 +135,7 @@ class CpuLinearAttention : public CpuLayerPart {
   PackedWeight qkv_;
   PackedWeight o_;
   const float* omega_;
+  std::vector<float> omega_t_;  // ω transposed, [h, m]
   std::vector<float> qkv_out_, mixed_;
 };
 
