@@ -76,7 +76,8 @@ class CpuAft : public CpuLayerPart {
     // Each sequence's tokens in order; sequences and channel blocks in parallel would also be
     // exact, but the running sums are O(d) per token, so sequences alone give enough work.
     ctx.pool->parallel_for(b.n_seq, [&](int64_t s0, int64_t s1) {
-      std::vector<float> scratch;
+      thread_local std::vector<float>
+          scratch;  // per thread, kept: no allocation per layer and step
       for (int64_t s = s0; s < s1; ++s)
         for (int64_t r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
           const int64_t pos = b.pos0[s] + (r - b.row_start[s]);

@@ -106,7 +106,10 @@ class CpuAttention : public CpuLayerPart {
         std::min<int64_t>(n_, std::max<int64_t>(1, kGroupChannels / h_));
     const int64_t groups = (n_ + heads_per_group - 1) / heads_per_group;
     ctx.pool->parallel_for(rows * groups, [&](int64_t t0, int64_t t1) {
-      std::vector<float> scores, prod(d), weight(d);
+      thread_local std::vector<float> scores, prod,
+          weight;  // per thread, kept: no allocation per layer and step
+      prod.resize(d);
+      weight.resize(d);
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t r = t / groups, g = t % groups;
         const int seq = b.seq_of_row(r);

@@ -44,7 +44,9 @@ class CpuRetnet : public CpuLayerPart {
     mixed_.resize(rows * d);
     // (sequence, head) pairs are independent; each runs its tokens in order.
     ctx.pool->parallel_for(int64_t{b.n_seq} * n_, [&](int64_t i0, int64_t i1) {
-      std::vector<float> q(h_), k(h_);
+      thread_local std::vector<float> q, k;  // per thread, kept: no allocation per layer and step
+      q.resize(h_);
+      k.resize(h_);
       for (int64_t i = i0; i < i1; ++i) {
         const int s = static_cast<int>(i / n_);
         const int64_t hd = i % n_;

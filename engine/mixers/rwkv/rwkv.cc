@@ -70,7 +70,11 @@ class CpuRwkv : public CpuLayerPart {
     receptance_.multiply(xr, rows, r, ctx.pool);
     float* rwkv = xk;  // reuse: r ⊙ wkv
     ctx.pool->parallel_for(b.n_seq, [&](int64_t s0, int64_t s1) {
-      std::vector<float> ex(5 * d), p1(d), p2(d);
+      thread_local std::vector<float> ex, p1,
+          p2;  // per thread, kept: no allocation per layer and step
+      ex.resize(5 * d);
+      p1.resize(d);
+      p2.resize(d);
       for (int64_t s = s0; s < s1; ++s) {
         const StateView& st = b.state[s];
         float *aa = st.at(d), *bb = st.at(2 * d), *pp = st.at(3 * d);
