@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 
 #include "engine/cpu/thread_pool.h"
@@ -235,18 +236,19 @@ void run_pair(const float* x, int64_t ldx, int64_t rows, const W* p0, const W* p
 }
 
 template <typename W>
-void multiply_packed(const W* panels_data, const std::vector<float>& bias, int64_t n_out, int64_t k,
-                     const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y, ThreadPool* pool) {
+void multiply_packed(const W* panels_data, const float* bias, int64_t n_out, int64_t k,
+                     const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y,
+                     int64_t ldy, ThreadPool* pool) {
   const int64_t panels = (n_out + P - 1) / P;
   // acc + 0 without a bias, as before: −0 becomes +0 either way. No branch inside the loop, so
   // it vectorises (the scalar form cost ~10% of a batch-64 GEMM).
   auto store = [&](int64_t row, int64_t n0, int64_t width, const float* acc) {
     const int64_t nn = std::min(width, n_out - n0);
-    float* yr = y + row * n_out + n0;
-    if (bias.empty()) {
+    float* yr = y + row * ldy + n0;
+    if (!bias) {
       for (int64_t j = 0; j < nn; ++j) yr[j] = acc[j] + 0.0f;
     } else {
-      const float* b = bias.data() + n0;
+      const float* b = bias + n0;
       for (int64_t j = 0; j < nn; ++j) yr[j] = acc[j] + b[j];
     }
   };
@@ -342,8 +344,25 @@ PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int
 void PackedWeight::multiply_prefix(const float* x, int64_t ldx, int64_t rows, int64_t k_used,
                                    float* y, ThreadPool* pool) const {
   if (rows <= 0) return;
-  if (is_half()) multiply_packed(panels16_.data(), bias_, n_out_, k_, x, ldx, rows, k_used, y, pool);
-  else multiply_packed(panels_.data(), bias_, n_out_, k_, x, ldx, rows, k_used, y, pool);
+  const float* bias = bias_.empty() ? nullptr : bias_.data();
+  if (is_half())
+    multiply_packed(panels16_.data(), bias, n_out_, k_, x, ldx, rows, k_used, y, n_out_, pool);
+  else
+    multiply_packed(panels_.data(), bias, n_out_, k_, x, ldx, rows, k_used, y, n_out_, pool);
+}
+
+void PackedWeight::multiply_outputs(const float* x, int64_t rows, int64_t first, int64_t count,
+                                    float* y, int64_t ldy, ThreadPool* pool) const {
+  if (first % kPanel != 0 || first < 0 || count < 0 || first + count > n_out_)
+    throw std::invalid_argument(
+        "multiply_outputs: outputs must start on a panel and lie in the matrix");
+  if (rows <= 0 || count == 0) return;
+  const float* bias = bias_.empty() ? nullptr : bias_.data() + first;
+  const int64_t offset = first / kPanel * k_ * kPanel;
+  if (is_half())
+    multiply_packed(panels16_.data() + offset, bias, count, k_, x, k_, rows, k_, y, ldy, pool);
+  else
+    multiply_packed(panels_.data() + offset, bias, count, k_, x, k_, rows, k_, y, ldy, pool);
 }
 
 }  // namespace mixserve

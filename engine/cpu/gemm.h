@@ -38,6 +38,10 @@ class PackedWeight {
   // fraction of the cost — SHE's lags before position 0.
   void multiply_prefix(const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y,
                        ThreadPool* pool) const;
+  // Outputs [first, first + count) only, the same bits as those columns of multiply(); first is
+  // a multiple of kPanel. y[r·ldy + j] is output first + j of row r.
+  void multiply_outputs(const float* x, int64_t rows, int64_t first, int64_t count, float* y,
+                        int64_t ldy, ThreadPool* pool) const;
 
  private:
   int64_t n_out_ = 0, k_ = 0;

@@ -89,6 +89,37 @@ TEST(Gemm, HalfPanelsGiveTheSameBitsAsFloatPanels) {
   }
 }
 
+// A run of panels' outputs alone (the FFN computes its two parts of fc1 on two threads this way)
+// gives those columns of the whole product, bit for bit, written rows ldy apart.
+TEST(Gemm, OutputsOfARunOfPanelsAreThoseColumnsOfTheWholeProduct) {
+  ThreadPool pool(2);
+  for (bool half : {true, false})
+    for (int64_t m : {1, 2, 7}) {
+      const int64_t n = 200, k = 40, ldy = 300;
+      auto w = randn(n * k, 11), x = randn(m * k, 12), b = randn(n, 13);
+      if (half)
+        for (float& v : w) v = half_to_float(float_to_half(v));
+      PackedWeight pw(w.data(), b.data(), n, k, half);
+      std::vector<float> whole(m * n);
+      pw.multiply(x.data(), m, whole.data(), &pool);
+      for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 96}, {96, 104}, {16, 17}}) {
+        std::vector<float> part(m * ldy, -1.0f);
+        pw.multiply_outputs(x.data(), m, first, count, part.data(), ldy, m > 2 ? &pool : nullptr);
+        for (int64_t r = 0; r < m; ++r) {
+          ASSERT_EQ(0, std::memcmp(&part[r * ldy], &whole[r * n + first], count * sizeof(float)))
+              << (half ? "half" : "float") << ", " << m << " rows, outputs " << first << "+"
+              << count;
+          ASSERT_EQ(part[r * ldy + count], -1.0f) << "wrote past its outputs";
+        }
+      }
+    }
+  ThreadPool* none = nullptr;
+  PackedWeight pw(randn(64 * 8, 14).data(), nullptr, 64, 8);
+  std::vector<float> x(8), y(64);
+  EXPECT_THROW(pw.multiply_outputs(x.data(), 1, 8, 16, y.data(), 64, none), std::invalid_argument);
+  EXPECT_THROW(pw.multiply_outputs(x.data(), 1, 48, 32, y.data(), 64, none), std::invalid_argument);
+}
+
 // Documents why engine/cpu/gemm.cc exists. If this starts failing, OpenBLAS has become row-
 // invariant on this machine and could carry the projections again (see gemm.h).
 TEST(Gemm, OpenBlasRowsDependOnTheBatchSize) {
