@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/vec_math.h"
 #include "engine/mixers/common.h"
@@ -39,9 +40,6 @@ OpCost attention_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t 
 
 namespace {
 
-// Σ x[0..n) in a fixed order that vectorises: eight running lanes (element c goes to lane c % 8),
-// then the lanes pairwise. One serial chain of adds per head was most of a decode step at batch
-// 64; this order is as fixed, so a row's result still never depends on the batch.
 // The K and V rows of a sequence lie in pages scattered over the pool, which the hardware
 // prefetcher does not follow: at batch 64 a step reads tens of MB of them. Ask for the rows a few
 // positions ahead.
@@ -59,13 +57,9 @@ void multiply_add(const float* __restrict a, const float* __restrict x, float* _
 // Channels a task of the decode loop covers at least (whole heads).
 constexpr int64_t kGroupChannels = 32;
 
+// Σ x[0..n) in eight lanes (engine/cpu/ops.h).
 inline float sum8(const float* x, int64_t n) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int i = 0; i < 8; ++i) lane[i] += x[c + i];
-  for (int i = 0; c < n; ++c, ++i) lane[i] += x[c];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  return sum_in_lanes<float>(n, [&](int64_t i) { return x[i]; });
 }
 
 class CpuAttention : public CpuLayerPart {
@@ -131,8 +125,8 @@ class CpuAttention : public CpuLayerPart {
           float* sc = &scores[(hd - h0) * T];
           const float mx = *std::max_element(sc, sc + T);
           exp_sub(sc, mx, sc, T);
-          const float sum = sum8(sc, T);  // eight lanes: one serial chain of T adds per head was
-          for (int64_t j = 0; j < T; ++j) sc[j] /= sum;  // a tenth of a batch-1 step
+          const float sum = sum8(sc, T);
+          for (int64_t j = 0; j < T; ++j) sc[j] /= sum;
         }
         // out[c] += weight of c's head · v[c], over the group's channels at once: a call per head
         // and position (~900 a layer at 32 heads) cost more than the arithmetic.
