@@ -169,6 +169,7 @@ EngineStats Engine::stats() const {
 
 void Engine::clear_cache() {
   cache_.clear();
+  alloc_.release_spares();
   update_stats(true);
 }
 
@@ -249,9 +250,9 @@ void Engine::admit(int32_t budget) {
     if (!r.swapped.empty()) {  // swapped out: the same page counts as before
       int32_t need = 0;
       for (int32_t n : r.swapped_pages_per_layer) need += n;
-      while (need > pool_.free_count() && cache_.evict_one()) {
+      while (!alloc_.make_free(need) && cache_.evict_one()) {
       }
-      if (need > pool_.free_count()) return;
+      if (!alloc_.make_free(need)) return;
       alloc_.new_tables(r.state);
       std::vector<int32_t> all;
       for (size_t l = 0; l < r.swapped_pages_per_layer.size(); ++l) {
@@ -264,7 +265,7 @@ void Engine::admit(int32_t budget) {
     } else if (!start_from_cache(r)) {
       r.fed = 0;
       const int64_t need_tokens = chunk_end(0, total, opts_.prefill_chunk);
-      while (alloc_.pages_for(need_tokens) > pool_.free_count() && cache_.evict_one()) {
+      while (alloc_.pages_for(need_tokens) > alloc_.available() && cache_.evict_one()) {
       }
       if (!alloc_.admit(r.state, need_tokens, reserve_tokens)) {
         if (!running_.empty() || alloc_.pages_for(need_tokens) <= pool_.total()) return;  // wait
@@ -316,7 +317,7 @@ void Engine::preempt(Live& v) {
     v.cached_logits.clear();
     v.has_cached_logits = false;
   }
-  alloc_.release(v.state);
+  alloc_.retire(v.state);
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
   std::unique_ptr<Live> moved = std::move(*it);
   running_.erase(it);
@@ -342,7 +343,7 @@ void Engine::finish(Live& r, FinishReason reason, const std::string& error, Toke
       cache_.adopt(std::move(covered), std::move(r.state), r.p.session, Clock::now() + ttl);
       r.state = {};
     } else {
-      alloc_.release(r.state);
+      alloc_.retire(r.state);
     }
   }
   out.request_id = r.id;
@@ -541,7 +542,7 @@ void Engine::update_stats(bool detailed) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.running = static_cast<int>(running_.size());
   stats_.waiting = static_cast<int>(waiting_.size());
-  stats_.pages_used = pool_.used();
+  stats_.pages_used = pool_.used() - alloc_.spare_count();  // spares are free to any request
   stats_.pages_total = pool_.total();
   ++stats_.steps;
   queued_ = stats_.waiting + static_cast<int>(inbox_.size());
@@ -586,6 +587,10 @@ std::string Engine::verify() const {
     for (const auto& lp : e.state.layer_pages)
       for (int32_t p : lp) ++holders[p];
   });
+  for (int32_t p : alloc_.spare_pages()) {
+    ++holders[p];
+    if (pool_.refcount(p) != 1) err += "spare page " + std::to_string(p) + " is shared\n";
+  }
   int32_t held = 0;
   for (int32_t p = 0; p < pool_.total(); ++p) {
     const int32_t h = holders.count(p) ? holders[p] : 0;

@@ -53,7 +53,8 @@ CacheEntry* PrefixCache::lookup(const std::vector<int32_t>& tokens, int64_t max_
   return (*it)->get();
 }
 
-bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to) {
+bool PrefixCache::copy_state(SequenceState& from, int64_t n, int64_t capacity_tokens,
+                             SequenceState& to) {
   Backend& be = alloc_.backend();
   const int L = static_cast<int>(from.layer_pages.size());
   const int64_t pf = be.page_floats();
@@ -68,7 +69,7 @@ bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capac
     for (int64_t i = 0; i < need; ++i)
       fresh += !(i < static_cast<int64_t>(from.layer_pages[l].size()) && shareable(l, i));
   }
-  if (fresh > alloc_.pool().free_count()) return false;
+  if (!alloc_.make_free(fresh)) return false;
   alloc_.new_tables(to);
   std::vector<int32_t> copy_from, copy_to, fresh_pages, shared;
   for (int l = 0; l < L; ++l) {
@@ -96,12 +97,13 @@ bool PrefixCache::copy_state(const SequenceState& from, int64_t n, int64_t capac
     }
   }
   alloc_.pool().retain(shared);
+  if (!shared.empty()) from.shared = to.shared = true;
   be.copy_pages(copy_from, copy_to);
   to.capacity_tokens = capacity_tokens;
   return true;
 }
 
-void PrefixCache::snapshot(const std::vector<int32_t>& tokens, int64_t n, const SequenceState& state,
+void PrefixCache::snapshot(const std::vector<int32_t>& tokens, int64_t n, SequenceState& state,
                            const float* logits, int64_t vocab) {
   if (max_entries_ <= 0 || n <= 0) return;
   auto it = find(tokens, n, n, "");
@@ -118,7 +120,7 @@ void PrefixCache::snapshot(const std::vector<int32_t>& tokens, int64_t n, const 
 void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
                         Clock::time_point expires) {
   if (max_entries_ <= 0 || tokens.empty()) {
-    alloc_.release(state);
+    alloc_.retire(state);
     return;
   }
   if (!session.empty())  // one entry per session: the newest turn replaces the previous one
@@ -128,7 +130,7 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
   auto same = find(tokens, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), "");
   const uint64_t hash = hashes_[tokens.size()];  // find() hashed every prefix of tokens
   if (same && (**same)->session.empty()) {
-    alloc_.release(state);
+    alloc_.retire(state);
     if (!session.empty()) pin(*same, session, expires);
     touch(*same);
     return;
@@ -193,7 +195,7 @@ void PrefixCache::remove(Entries::iterator it) {
         break;
       }
   }
-  if (e.state.allocated()) alloc_.release(e.state);
+  if (e.state.allocated()) alloc_.retire(e.state);
   if (auto len = lengths_.find(static_cast<int64_t>(e.tokens.size())); --len->second == 0)
     lengths_.erase(len);
   stats_.pages -= e.pages;
@@ -230,6 +232,7 @@ void PrefixCache::expire(Clock::time_point now) {
 void PrefixCache::clear() {
   while (!plain_.empty()) remove(plain_.begin());
   while (!sessions_.empty()) remove(sessions_.begin());
+  alloc_.release_spares();  // every page of the entries back in the pool
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -54,7 +54,7 @@ class PrefixCache {
   CacheEntry* lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session = "");
   // Copies the first n tokens' state of a live sequence into a new entry (fails quietly when the
   // pool is short). logits (vocab floats) may be null.
-  void snapshot(const std::vector<int32_t>& tokens, int64_t n, const SequenceState& state,
+  void snapshot(const std::vector<int32_t>& tokens, int64_t n, SequenceState& state,
                 const float* logits, int64_t vocab);
   // Takes a finished sequence's state (covering tokens) into the cache.
   void adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
@@ -76,7 +76,7 @@ class PrefixCache {
   using Entries = std::list<std::unique_ptr<CacheEntry>>;  // front = most recently used
   Entries& list_of(const CacheEntry& e) { return e.session.empty() ? plain_ : sessions_; }
   // Copies the private part of `from` (first n tokens) into fresh pages of `to`; shares the rest.
-  bool copy_state(const SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to);
+  bool copy_state(SequenceState& from, int64_t n, int64_t capacity_tokens, SequenceState& to);
   void remove(Entries::iterator it);
   void touch(Entries::iterator it);
   Entries::iterator insert(std::unique_ptr<CacheEntry> e);

@@ -1,5 +1,7 @@
 #include "engine/sequence_state.h"
 
+#include <algorithm>
+
 namespace mixserve {
 
 int32_t StateAllocator::layer_pages_for(int layer, int64_t tokens) const {
@@ -14,11 +16,11 @@ int32_t StateAllocator::pages_for(int64_t tokens) const {
 
 bool StateAllocator::admit(SequenceState& s, int64_t tokens, int64_t reserve_tokens) {
   const int L = backend_.config().n_layers;
-  if (pages_for(tokens) > pool_.free_count()) return false;
+  if (pages_for(tokens) > available()) return false;
   new_tables(s);
   reserve_tables(s, std::max(tokens, reserve_tokens));
   for (int l = 0; l < L; ++l) {
-    pool_.allocate(layer_pages_for(l, tokens), s.layer_pages[l]);
+    take(layer_pages_for(l, tokens), s.layer_pages[l]);
     backend_.init_state(l, s.layer_pages[l]);
   }
   s.capacity_tokens = tokens;
@@ -33,10 +35,10 @@ bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
   int32_t need = 0;
   for (const GrowingLayer& g : growing_layers())
     need += pages_of(g, tokens) - static_cast<int32_t>(s.layer_pages[g.layer].size());
-  if (need > pool_.free_count()) return false;
+  if (need > available()) return false;
   for (const GrowingLayer& g : growing_) {
     std::vector<int32_t>& pages = s.layer_pages[g.layer];
-    pool_.allocate(pages_of(g, tokens) - static_cast<int32_t>(pages.size()), pages);
+    take(pages_of(g, tokens) - static_cast<int32_t>(pages.size()), pages);
   }
   s.capacity_tokens = tokens;
   return true;
@@ -60,8 +62,38 @@ void StateAllocator::reserve_tables(SequenceState& s, int64_t tokens) {
     s.layer_pages[g.layer].reserve(pages_of(g, tokens + kGrowTokens));
 }
 
+void StateAllocator::take(int32_t n, std::vector<int32_t>& out) {
+  const int32_t spare = std::min(n, spare_count());
+  out.insert(out.end(), spare_pages_.end() - spare, spare_pages_.end());
+  spare_pages_.resize(spare_pages_.size() - spare);
+  if (n > spare) pool_.allocate(n - spare, out);
+}
+
 void StateAllocator::release(SequenceState& s) {
   pool_.release(s.layer_pages);
+  keep_tables(s);
+}
+
+void StateAllocator::retire(SequenceState& s) {
+  size_t n = 0;
+  for (const auto& pages : s.layer_pages) n += pages.size();
+  if (s.shared || spare_pages_.size() + n > kMaxSpare) return release(s);
+  for (const auto& pages : s.layer_pages)
+    spare_pages_.insert(spare_pages_.end(), pages.begin(), pages.end());
+  keep_tables(s);
+}
+
+bool StateAllocator::make_free(int32_t n) {
+  if (n > pool_.free_count() && !spare_pages_.empty()) release_spares();
+  return n <= pool_.free_count();
+}
+
+void StateAllocator::release_spares() {
+  pool_.release(spare_pages_);
+  spare_pages_.clear();
+}
+
+void StateAllocator::keep_tables(SequenceState& s) {
   size_t room = 0;
   for (const auto& pages : s.layer_pages) room += pages.capacity();
   if (spare_tables_.size() < kSpareTables && room <= kSpareTableIds &&
@@ -71,6 +103,7 @@ void StateAllocator::release(SequenceState& s) {
   }
   s.layer_pages.clear();
   s.capacity_tokens = 0;
+  s.shared = false;
 }
 
 void StateAllocator::new_tables(SequenceState& s) {

@@ -13,6 +13,9 @@ namespace mixserve {
 struct SequenceState {
   std::vector<std::vector<int32_t>> layer_pages;  // [n_layers], logical order
   int64_t capacity_tokens = 0;                    // tokens the pages can hold
+  // Some page may have another holder (prefix reuse shares pages read-only). Set for good once
+  // it happens: such a state's pages go back through the pool's counts, never to the spares.
+  bool shared = false;
   bool allocated() const { return !layer_pages.empty(); }
 };
 
@@ -26,7 +29,8 @@ class StateAllocator {
   // Pages a fresh sequence needs for `tokens` tokens, over all layers.
   int32_t pages_for(int64_t tokens) const;
   // Allocates and initialises a fresh state for `tokens` tokens, with page lists sized for
-  // reserve_tokens (see reserve_tables); false (nothing taken) if the pool is short.
+  // reserve_tokens (see reserve_tables); false (nothing taken) if the pool is short. Spare pages
+  // (see retire) are taken before the pool's.
   bool admit(SequenceState& s, int64_t tokens, int64_t reserve_tokens = 0);
   // Makes room for `tokens` tokens in total; false (nothing taken) if the pool is short.
   bool grow(SequenceState& s, int64_t tokens);
@@ -34,6 +38,21 @@ class StateAllocator {
   // grow() never reallocates them while the request decodes.
   void reserve_tables(SequenceState& s, int64_t tokens);
   void release(SequenceState& s);
+  // Ends a state like release, but a state whose pages no one else holds keeps them as spare
+  // pages, which admit() and grow() hand out before the pool's. A request's turnover (the
+  // prefix cache evicts one finished state, a new request is admitted) then moves page ids from
+  // one list to another instead of finding the runs of ~1,000 cold ids, clearing and setting
+  // their counts and cutting new runs from the free list. Spares stay used pages in the pool's
+  // books; make_free() and release_spares() give them back.
+  void retire(SequenceState& s);
+  // Pages admit() and grow() can take: the pool's free pages and the spares.
+  int32_t available() const { return pool_.free_count() + spare_count(); }
+  // Makes at least n pages free in the pool itself (for callers that allocate from it directly),
+  // giving the spares back first if needed; false if even that is not enough.
+  bool make_free(int32_t n);
+  void release_spares();
+  int32_t spare_count() const { return static_cast<int32_t>(spare_pages_.size()); }
+  const std::vector<int32_t>& spare_pages() const { return spare_pages_; }
   // Gives s (no pages) one empty page list per layer: the lists of a released state, emptied,
   // when there are some, so that a request's turnover does not allocate and free n_layers
   // vectors (and the growing layers' reserved capacity) every time.
@@ -58,6 +77,8 @@ class StateAllocator {
   int32_t pages_of(const GrowingLayer& g, int64_t tokens) const {
     return pages_holding(g.fixed_floats + tokens * g.token_floats, page_floats_);
   }
+  void take(int32_t n, std::vector<int32_t>& out);  // spares first, then the pool
+  void keep_tables(SequenceState& s);  // s's emptied page lists into spare_tables_; s is left empty
   std::vector<GrowingLayer> growing_;
   int64_t page_floats_ = 0;
   bool fixed_checked_ = false;
@@ -65,6 +86,10 @@ class StateAllocator {
   // kSpareTableIds (a long context's K/V) are freed instead, so spares stay a few MiB at most.
   static constexpr size_t kSpareTables = 256, kSpareTableIds = 4096;
   std::vector<std::vector<std::vector<int32_t>>> spare_tables_;
+  // At most a few turnovers' worth (a state of the scheduler benchmark's 18-layer hybrid holds
+  // ~1,650 pages); beyond it retire() releases to the pool.
+  static constexpr size_t kMaxSpare = 1 << 16;
+  std::vector<int32_t> spare_pages_;  // private pages (count 1) of retired states, LIFO
 };
 
 }  // namespace mixserve

@@ -3,6 +3,8 @@
 // same tokens as without the cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "tests/support/golden.h"
@@ -138,6 +140,68 @@ TEST(PrefixCacheUnit, SessionsExpireAfterTheirTtl) {
   EXPECT_EQ(cache.stats().sessions, 1);
   cache.expire(Clock::now() + std::chrono::seconds(11));
   EXPECT_EQ(cache.stats().entries, 0);
+  EXPECT_EQ(alloc.available(), pool.total()) << "every page free or spare";
+}
+
+// A retired state's private pages become spares that the next admission takes before the pool's;
+// a state that shares pages with a snapshot goes back through the pool's counts; make_free gives
+// the spares back when the pool itself must have room.
+TEST(StateAllocatorUnit, RetiredPrivatePagesAreReusedAndSharedOnesReleased) {
+  Fixture fx = load_fixture("hybrid_b");
+  CpuBackendOptions o;
+  o.pool_bytes = 1 << 20;
+  CpuBackend backend(fx.cfg, *fx.weights, o);
+  PagePool pool(backend.total_pages());
+  StateAllocator alloc(backend, pool);
+  SequenceState a;
+  ASSERT_TRUE(alloc.admit(a, 20));
+  std::vector<int32_t> pages_of_a;
+  for (const auto& lp : a.layer_pages) pages_of_a.insert(pages_of_a.end(), lp.begin(), lp.end());
+  const int32_t used = pool.used();
+  std::vector<float> dirt(pages_of_a.size() * backend.page_floats(), 7.5f);  // as if a had run
+  backend.write_pages(pages_of_a, dirt.data());
+  alloc.retire(a);
+  EXPECT_FALSE(a.allocated());
+  EXPECT_EQ(alloc.spare_count(), used);
+  EXPECT_EQ(pool.used(), used) << "spares stay used in the pool's books";
+  EXPECT_EQ(alloc.available(), pool.total());
+
+  SequenceState b;  // fewer tokens than a: takes spares only, initialised like fresh pages
+  ASSERT_TRUE(alloc.admit(b, 4));
+  std::vector<int32_t> pages_of_b;
+  for (const auto& lp : b.layer_pages) pages_of_b.insert(pages_of_b.end(), lp.begin(), lp.end());
+  EXPECT_EQ(pool.used(), used) << "nothing new taken from the pool";
+  EXPECT_EQ(alloc.spare_count() + static_cast<int32_t>(pages_of_b.size()), used);
+  std::sort(pages_of_a.begin(), pages_of_a.end());
+  for (int32_t p : pages_of_b)
+    EXPECT_TRUE(std::binary_search(pages_of_a.begin(), pages_of_a.end(), p));
+  for (int l = 0; l < fx.cfg.n_layers; ++l) {  // the reused pages hold layer l's initial state
+    std::vector<float> got(b.layer_pages[l].size() * backend.page_floats());
+    std::vector<float> want(got.size());
+    backend.read_pages(b.layer_pages[l], got.data());
+    backend.init_state(l, b.layer_pages[l]);
+    backend.read_pages(b.layer_pages[l], want.data());
+    EXPECT_EQ(got, want) << "layer " << l;
+  }
+
+  // Prefix reuse shares b's K/V pages with a cache entry: retiring b must not make them spares.
+  PrefixCache cache(alloc, 8);
+  std::vector<int32_t> tokens(4, 1);
+  cache.snapshot(tokens, 4, b, nullptr, 0);
+  EXPECT_TRUE(b.shared);
+  const int32_t spares = alloc.spare_count();
+  alloc.retire(b);
+  EXPECT_EQ(alloc.spare_count(), spares) << "a shared state's pages go back through the counts";
+  cache.clear();
+  EXPECT_EQ(alloc.spare_count(), 0);
+  EXPECT_EQ(pool.used(), 0);
+
+  SequenceState c;  // make_free turns spares back into free pool pages
+  ASSERT_TRUE(alloc.admit(c, 20));
+  alloc.retire(c);
+  ASSERT_GT(alloc.spare_count(), 0);
+  EXPECT_TRUE(alloc.make_free(pool.total()));
+  EXPECT_EQ(alloc.spare_count(), 0);
   EXPECT_EQ(pool.used(), 0);
 }
 
