@@ -22,23 +22,23 @@ std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vecto
     const int64_t n = (--len)->first;
     if (n < std::max<int64_t>(min_len, 1)) break;
     std::optional<Entries::iterator> best;
-    auto [lo, hi] = by_hash_.equal_range(hashes[n]);
-    for (auto it = lo; it != hi; ++it) {
-      const CacheEntry& e = **it->second;
+    by_hash_.for_each(hashes[n], [&](Entries::iterator it) {
+      const CacheEntry& e = **it;
       if (static_cast<int64_t>(e.tokens.size()) != n || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
-        continue;
-      if (!best || (!session.empty() && e.session == session)) best = it->second;
-    }
+        return;
+      if (!best || (!session.empty() && e.session == session)) best = it;
+    });
     if (best) return best;
   }
   return std::nullopt;
 }
 
 std::optional<PrefixCache::Entries::iterator> PrefixCache::position(const CacheEntry* e) {
-  auto [lo, hi] = by_hash_.equal_range(e->hash);
-  for (auto it = lo; it != hi; ++it)
-    if (it->second->get() == e) return it->second;
-  return std::nullopt;
+  std::optional<Entries::iterator> found;
+  by_hash_.for_each(e->hash, [&](Entries::iterator it) {
+    if (it->get() == e) found = it;
+  });
+  return found;
 }
 
 CacheEntry* PrefixCache::lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session) {
@@ -151,7 +151,7 @@ PrefixCache::Entries::iterator PrefixCache::insert(std::unique_ptr<CacheEntry> e
   ++lengths_[static_cast<int64_t>(e->tokens.size())];
   stats_.pages += e->pages;
   plain_.push_front(std::move(e));
-  by_hash_.emplace(plain_.front()->hash, plain_.begin());
+  by_hash_.add(plain_.front()->hash, plain_.begin());
   return plain_.begin();
 }
 
@@ -180,12 +180,7 @@ bool PrefixCache::restore(CacheEntry* e, SequenceState& out, int64_t capacity_to
 
 void PrefixCache::remove(Entries::iterator it) {
   CacheEntry& e = **it;
-  auto [lo, hi] = by_hash_.equal_range(e.hash);
-  for (auto h = lo; h != hi; ++h)
-    if (h->second == it) {
-      by_hash_.erase(h);
-      break;
-    }
+  by_hash_.erase(e.hash, it);
   if (!e.session.empty()) {
     by_session_.erase(e.session);
     auto [elo, ehi] = expiry_.equal_range(e.expires);
@@ -245,6 +240,53 @@ PrefixCacheStats PrefixCache::stats() const {
 void PrefixCache::for_each_entry(const std::function<void(const CacheEntry&)>& fn) const {
   for (const auto& e : plain_) fn(*e);
   for (const auto& e : sessions_) fn(*e);
+}
+
+void PrefixCache::HashIndex::add(uint64_t hash, Entries::iterator it) {
+  if (2 * (used_ + 1) > slots_.size()) grow();  // at most half full: probes stay short
+  const uint64_t key = key_of(hash);
+  size_t i = home(key);
+  while (slots_[i].key != 0) i = (i + 1) & mask_;
+  slots_[i] = {key, it};
+  ++used_;
+}
+
+void PrefixCache::HashIndex::erase(uint64_t hash, Entries::iterator it) {
+  if (slots_.empty()) return;
+  const uint64_t key = key_of(hash);
+  size_t i = home(key);
+  for (; slots_[i].key != 0; i = (i + 1) & mask_)
+    if (slots_[i].key == key && slots_[i].it == it) break;
+  if (slots_[i].key == 0) return;  // not there
+  --used_;
+  // Backward-shift deletion: pull later entries of the probe run into the hole where their home
+  // allows, so that no tombstones are needed and every run stays unbroken.
+  for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
+    if (slots_[j].key == 0) break;
+    const size_t h = home(slots_[j].key);
+    // slot j may move to hole i when its home is not cyclically in (i, j]
+    if (((j - h) & mask_) >= ((j - i) & mask_)) {
+      slots_[i] = slots_[j];
+      i = j;
+    }
+  }
+  slots_[i] = Slot{};
+}
+
+void PrefixCache::HashIndex::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  const size_t n = std::max<size_t>(64, 2 * old.size());
+  slots_.assign(n, Slot{});
+  mask_ = n - 1;
+  shift_ = 64 - __builtin_ctzll(n);
+  used_ = 0;
+  for (const Slot& s : old)
+    if (s.key != 0) {
+      size_t i = home(s.key);
+      while (slots_[i].key != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+      ++used_;
+    }
 }
 
 }  // namespace mixserve

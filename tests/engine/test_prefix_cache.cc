@@ -205,5 +205,43 @@ TEST(StateAllocatorUnit, RetiredPrivatePagesAreReusedAndSharedOnesReleased) {
   EXPECT_EQ(pool.used(), 0);
 }
 
+// Thousands of entries come and go (adopted, evicted by the entry limit, looked up in between):
+// every entry still in the cache is found under its tokens, and none that left is.
+TEST(PrefixCacheUnit, EveryEntryIsFoundUntilItIsEvicted) {
+  Fixture fx = load_fixture("aft_simple");
+  CpuBackendOptions o;
+  o.pool_bytes = 64 << 20;
+  CpuBackend backend(fx.cfg, *fx.weights, o);
+  PagePool pool(backend.total_pages());
+  StateAllocator alloc(backend, pool);
+  const int limit = 700, n = 3000, V = static_cast<int>(fx.cfg.vocab_size);
+  PrefixCache cache(alloc, limit);
+  // Entry i: two leading tokens that are i's alone (so no entry is a prefix of another), then
+  // 0 to 30 more; lengths differ, as they do in a server.
+  auto tokens_of = [&](int i) {
+    std::vector<int32_t> t = {i % V, i / V};
+    for (int k = 0; k < (i * 7) % 31; ++k) t.push_back((i + k) % V);
+    return t;
+  };
+  for (int i = 0; i < n; ++i) {
+    SequenceState s;
+    ASSERT_TRUE(alloc.admit(s, 1));
+    cache.adopt(tokens_of(i), std::move(s), "", {});
+    if (i % 50 == 49) {  // now and then, every entry: found exactly while it is in the cache
+      for (int j = 0; j <= i; ++j) {
+        const std::vector<int32_t> t = tokens_of(j);
+        CacheEntry* e = cache.lookup(t, static_cast<int64_t>(t.size()));
+        const bool cached = j > i - limit;
+        ASSERT_EQ(e != nullptr, cached) << "entry " << j << " after " << i;
+        if (e) ASSERT_EQ(e->tokens, t);
+      }
+      // lookups moved every cached entry to the front in order j: eviction order is unchanged
+    }
+  }
+  EXPECT_EQ(cache.stats().entries, limit);
+  cache.clear();
+  EXPECT_EQ(pool.used(), 0);
+}
+
 }  // namespace
 }  // namespace mixserve::testing
