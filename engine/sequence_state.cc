@@ -36,9 +36,14 @@ bool StateAllocator::grow(SequenceState& s, int64_t tokens) {
   for (const GrowingLayer& g : growing_layers())
     need += pages_of(g, tokens) - static_cast<int32_t>(s.layer_pages[g.layer].size());
   if (need > available()) return false;
+  const bool from_pool = spare_pages_.empty();  // decoding without turnover: every step
   for (const GrowingLayer& g : growing_) {
     std::vector<int32_t>& pages = s.layer_pages[g.layer];
-    take(pages_of(g, tokens) - static_cast<int32_t>(pages.size()), pages);
+    const int32_t n = pages_of(g, tokens) - static_cast<int32_t>(pages.size());
+    if (from_pool)
+      pool_.allocate(n, pages);
+    else
+      take(n, pages);
   }
   s.capacity_tokens = tokens;
   return true;

@@ -233,7 +233,9 @@ TEST(PrefixCacheUnit, EveryEntryIsFoundUntilItIsEvicted) {
         CacheEntry* e = cache.lookup(t, static_cast<int64_t>(t.size()));
         const bool cached = j > i - limit;
         ASSERT_EQ(e != nullptr, cached) << "entry " << j << " after " << i;
-        if (e) ASSERT_EQ(e->tokens, t);
+        if (e) {
+          ASSERT_EQ(e->tokens, t);
+        }
       }
       // lookups moved every cached entry to the front in order j: eviction order is unchanged
     }
