@@ -3,7 +3,11 @@ mixserve-sched-bench binaries alternately, with request turnover (max_tokens 128
 and 2 are admitted per step on average) and decode only, and writes the medians as JSON and a PNG.
 
   /usr/bin/python3 bench/scheduler_ab.py --before OLD_BIN --before-label "1ee9bc9" \
-      [--after build/release/bench/mixserve-sched-bench] [--runs 4] [--out bench/results/scheduler-DATE]
+      [--after build/release/bench/mixserve-sched-bench] [--runs 4] [--malloc-hugetlb]
+      [--out bench/results/scheduler-DATE]
+
+--malloc-hugetlb runs both builds with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, as scripts/serve and
+the container image run the server (malloc's heap on transparent huge pages).
 
 Alternating the two builds run by run, on the same machine in one sitting, is what makes the ratio
 meaningful on a shared VM whose speed drifts; each run already reports its median window.
@@ -20,8 +24,9 @@ MODES = {"turnover (max_tokens 128)": "128", "decode only": "5000"}  # 5000: bey
 FIELDS = ["host_us", "schedule_us", "emit_and_bookkeeping_us", "sample_us", "step_us"]
 
 
-def run(binary, max_tokens):
-    out = subprocess.run([binary, "--max-tokens", max_tokens], check=True, capture_output=True, text=True).stdout
+def run(binary, max_tokens, env=None):
+    out = subprocess.run([binary, "--max-tokens", max_tokens], check=True, capture_output=True, text=True,
+                         env=env).stdout
     return json.loads(out)
 
 
@@ -32,17 +37,23 @@ def main():
     ap.add_argument("--after", default=os.path.join(ROOT, "build", "release", "bench", "mixserve-sched-bench"))
     ap.add_argument("--after-label", default="now")
     ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--malloc-hugetlb", action="store_true", help="GLIBC_TUNABLES=glibc.malloc.hugetlb=1")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                   f"scheduler-{datetime.date.today().isoformat()}"))
     args = ap.parse_args()
     builds = [(args.before_label, args.before), (args.after_label, args.after)]
+    env = dict(os.environ)
+    if args.malloc_hugetlb:
+        env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
+    else:
+        env.pop("GLIBC_TUNABLES", None)
     samples = {(b, m): [] for b, _ in builds for m in MODES}
     total = args.runs * len(MODES) * len(builds)
     done = 0
     for i in range(args.runs):
         for mode, max_tokens in MODES.items():
             for label, binary in builds:
-                r = run(binary, max_tokens)
+                r = run(binary, max_tokens, env)
                 samples[(label, mode)].append(r)
                 done += 1
                 print(f"[{done}/{total}] {label:>10} {mode:<26} host {r['host_us']:6.1f} us  "
@@ -64,14 +75,16 @@ def main():
                       "stop checks and handing each token to its sink; schedule_us = its part before the "
                       "forward call. 18-layer hybrid (attention, SHE, RetNet, AFT-local, RWKV, Performer), "
                       "d = 128, 256 running requests, timed after the prefix cache has filled.",
+              "malloc": "glibc.malloc.hugetlb=1 (heap on transparent huge pages)" if args.malloc_hugetlb
+              else "glibc malloc defaults (4 KiB pages)",
               "target_host_us": 10, "rows": rows}
     with open(args.out + ".json", "w") as f:
         json.dump(result, f, indent=1)
-    plot(rows, args.out + ".png", [b for b, _ in builds])
+    plot(rows, args.out + ".png", [b for b, _ in builds], args.malloc_hugetlb)
     print("wrote", args.out + ".json", args.out + ".png")
 
 
-def plot(rows, path, labels):
+def plot(rows, path, labels, hugetlb):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -91,7 +104,8 @@ def plot(rows, path, labels):
             ax.text(i, r["host_us"], f"{r['host_us']:.1f}", ha="center", va="bottom")
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, fontsize=9)
-    fig.suptitle("Engine host overhead per step, null backend")
+    fig.suptitle("Engine host overhead per step, null backend"
+                 + (", malloc on huge pages" if hugetlb else ", malloc defaults"))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 
