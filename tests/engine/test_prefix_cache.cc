@@ -123,16 +123,29 @@ INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest,
                                            "she", "retnet"),
                          [](const auto& info) { return info.param; });
 
+// A fixture's CPU backend with its own pool and allocator, for the cache and allocator alone.
+struct PoolOf {
+  PoolOf(const std::string& name, int64_t pool_bytes)
+      : fx(load_fixture(name)),
+        backend(fx.cfg, *fx.weights, options(pool_bytes)),
+        pool(backend.total_pages()),
+        alloc(backend, pool) {}
+  static CpuBackendOptions options(int64_t pool_bytes) {
+    CpuBackendOptions o;
+    o.pool_bytes = pool_bytes;
+    return o;
+  }
+  Fixture fx;
+  CpuBackend backend;
+  PagePool pool;
+  StateAllocator alloc;
+};
+
 TEST(PrefixCacheUnit, SessionsExpireAfterTheirTtl) {
-  Fixture fx = load_fixture("me");
-  CpuBackendOptions o;
-  o.pool_bytes = 1 << 20;
-  CpuBackend backend(fx.cfg, *fx.weights, o);
-  PagePool pool(backend.total_pages());
-  StateAllocator alloc(backend, pool);
-  PrefixCache cache(alloc, 8);
+  PoolOf p("me", 1 << 20);
+  PrefixCache cache(p.alloc, 8);
   SequenceState s;
-  ASSERT_TRUE(alloc.admit(s, 4));
+  ASSERT_TRUE(p.alloc.admit(s, 4));
   cache.adopt({1, 2, 3, 4}, std::move(s), "sess", Clock::now() + std::chrono::seconds(10));
   EXPECT_EQ(cache.stats().sessions, 1);
   EXPECT_NE(cache.lookup({1, 2, 3, 4, 5}, 5), nullptr);
@@ -140,82 +153,72 @@ TEST(PrefixCacheUnit, SessionsExpireAfterTheirTtl) {
   EXPECT_EQ(cache.stats().sessions, 1);
   cache.expire(Clock::now() + std::chrono::seconds(11));
   EXPECT_EQ(cache.stats().entries, 0);
-  EXPECT_EQ(alloc.available(), pool.total()) << "every page free or spare";
+  EXPECT_EQ(p.alloc.available(), p.pool.total()) << "every page free or spare";
 }
 
 // A retired state's private pages become spares that the next admission takes before the pool's;
 // a state that shares pages with a snapshot goes back through the pool's counts; make_free gives
 // the spares back when the pool itself must have room.
 TEST(StateAllocatorUnit, RetiredPrivatePagesAreReusedAndSharedOnesReleased) {
-  Fixture fx = load_fixture("hybrid_b");
-  CpuBackendOptions o;
-  o.pool_bytes = 1 << 20;
-  CpuBackend backend(fx.cfg, *fx.weights, o);
-  PagePool pool(backend.total_pages());
-  StateAllocator alloc(backend, pool);
+  PoolOf p("hybrid_b", 1 << 20);
   SequenceState a;
-  ASSERT_TRUE(alloc.admit(a, 20));
+  ASSERT_TRUE(p.alloc.admit(a, 20));
   std::vector<int32_t> pages_of_a;
   for (const auto& lp : a.layer_pages) pages_of_a.insert(pages_of_a.end(), lp.begin(), lp.end());
-  const int32_t used = pool.used();
-  std::vector<float> dirt(pages_of_a.size() * backend.page_floats(), 7.5f);  // as if a had run
-  backend.write_pages(pages_of_a, dirt.data());
-  alloc.retire(a);
+  const int32_t used = p.pool.used();
+  std::vector<float> dirt(pages_of_a.size() * p.backend.page_floats(), 7.5f);  // as if a had run
+  p.backend.write_pages(pages_of_a, dirt.data());
+  p.alloc.retire(a);
   EXPECT_FALSE(a.allocated());
-  EXPECT_EQ(alloc.spare_count(), used);
-  EXPECT_EQ(pool.used(), used) << "spares stay used in the pool's books";
-  EXPECT_EQ(alloc.available(), pool.total());
+  EXPECT_EQ(p.alloc.spare_count(), used);
+  EXPECT_EQ(p.pool.used(), used) << "spares stay used in the pool's books";
+  EXPECT_EQ(p.alloc.available(), p.pool.total());
 
   SequenceState b;  // fewer tokens than a: takes spares only, initialised like fresh pages
-  ASSERT_TRUE(alloc.admit(b, 4));
+  ASSERT_TRUE(p.alloc.admit(b, 4));
   std::vector<int32_t> pages_of_b;
   for (const auto& lp : b.layer_pages) pages_of_b.insert(pages_of_b.end(), lp.begin(), lp.end());
-  EXPECT_EQ(pool.used(), used) << "nothing new taken from the pool";
-  EXPECT_EQ(alloc.spare_count() + static_cast<int32_t>(pages_of_b.size()), used);
+  EXPECT_EQ(p.pool.used(), used) << "nothing new taken from the pool";
+  EXPECT_EQ(p.alloc.spare_count() + static_cast<int32_t>(pages_of_b.size()), used);
   std::sort(pages_of_a.begin(), pages_of_a.end());
   for (int32_t p : pages_of_b)
     EXPECT_TRUE(std::binary_search(pages_of_a.begin(), pages_of_a.end(), p));
-  for (int l = 0; l < fx.cfg.n_layers; ++l) {  // the reused pages hold layer l's initial state
-    std::vector<float> got(b.layer_pages[l].size() * backend.page_floats());
+  for (int l = 0; l < p.fx.cfg.n_layers; ++l) {  // the reused pages hold layer l's initial state
+    std::vector<float> got(b.layer_pages[l].size() * p.backend.page_floats());
     std::vector<float> want(got.size());
-    backend.read_pages(b.layer_pages[l], got.data());
-    backend.init_state(l, b.layer_pages[l]);
-    backend.read_pages(b.layer_pages[l], want.data());
+    p.backend.read_pages(b.layer_pages[l], got.data());
+    p.backend.init_state(l, b.layer_pages[l]);
+    p.backend.read_pages(b.layer_pages[l], want.data());
     EXPECT_EQ(got, want) << "layer " << l;
   }
 
   // Prefix reuse shares b's K/V pages with a cache entry: retiring b must not make them spares.
-  PrefixCache cache(alloc, 8);
+  PrefixCache cache(p.alloc, 8);
   std::vector<int32_t> tokens(4, 1);
   cache.snapshot(tokens, 4, b, nullptr, 0);
   EXPECT_TRUE(b.shared);
-  const int32_t spares = alloc.spare_count();
-  alloc.retire(b);
-  EXPECT_EQ(alloc.spare_count(), spares) << "a shared state's pages go back through the counts";
+  const int32_t spares = p.alloc.spare_count();
+  p.alloc.retire(b);
+  EXPECT_EQ(p.alloc.spare_count(), spares) << "a shared state's pages go back through the counts";
   cache.clear();
-  EXPECT_EQ(alloc.spare_count(), 0);
-  EXPECT_EQ(pool.used(), 0);
+  EXPECT_EQ(p.alloc.spare_count(), 0);
+  EXPECT_EQ(p.pool.used(), 0);
 
   SequenceState c;  // make_free turns spares back into free pool pages
-  ASSERT_TRUE(alloc.admit(c, 20));
-  alloc.retire(c);
-  ASSERT_GT(alloc.spare_count(), 0);
-  EXPECT_TRUE(alloc.make_free(pool.total()));
-  EXPECT_EQ(alloc.spare_count(), 0);
-  EXPECT_EQ(pool.used(), 0);
+  ASSERT_TRUE(p.alloc.admit(c, 20));
+  p.alloc.retire(c);
+  ASSERT_GT(p.alloc.spare_count(), 0);
+  EXPECT_TRUE(p.alloc.make_free(p.pool.total()));
+  EXPECT_EQ(p.alloc.spare_count(), 0);
+  EXPECT_EQ(p.pool.used(), 0);
 }
 
 // Thousands of entries come and go (adopted, evicted by the entry limit, looked up in between):
 // every entry still in the cache is found under its tokens, and none that left is.
 TEST(PrefixCacheUnit, EveryEntryIsFoundUntilItIsEvicted) {
-  Fixture fx = load_fixture("aft_simple");
-  CpuBackendOptions o;
-  o.pool_bytes = 64 << 20;
-  CpuBackend backend(fx.cfg, *fx.weights, o);
-  PagePool pool(backend.total_pages());
-  StateAllocator alloc(backend, pool);
-  const int limit = 700, n = 3000, V = static_cast<int>(fx.cfg.vocab_size);
-  PrefixCache cache(alloc, limit);
+  PoolOf p("aft_simple", 64 << 20);
+  const int limit = 700, n = 3000, V = static_cast<int>(p.fx.cfg.vocab_size);
+  PrefixCache cache(p.alloc, limit);
   // Entry i: two leading tokens that are i's alone (so no entry is a prefix of another), then
   // 0 to 30 more; lengths differ, as they do in a server.
   auto tokens_of = [&](int i) {
@@ -225,7 +228,7 @@ TEST(PrefixCacheUnit, EveryEntryIsFoundUntilItIsEvicted) {
   };
   for (int i = 0; i < n; ++i) {
     SequenceState s;
-    ASSERT_TRUE(alloc.admit(s, 1));
+    ASSERT_TRUE(p.alloc.admit(s, 1));
     cache.adopt(tokens_of(i), std::move(s), "", {});
     if (i % 50 == 49) {  // now and then, every entry: found exactly while it is in the cache
       for (int j = 0; j <= i; ++j) {
@@ -242,7 +245,7 @@ TEST(PrefixCacheUnit, EveryEntryIsFoundUntilItIsEvicted) {
   }
   EXPECT_EQ(cache.stats().entries, limit);
   cache.clear();
-  EXPECT_EQ(pool.used(), 0);
+  EXPECT_EQ(p.pool.used(), 0);
 }
 
 }  // namespace
