@@ -477,6 +477,11 @@ bool Engine::step() {
       budget -= r->end - r->fed;
       kept.push_back(r);
     }
+  // Spares serve the admissions and growth right after the turnovers that retired them (the
+  // steps above). What they did not take goes back to the pool, whose free list reuses pages
+  // before it touches new ones: spares kept across steps would raise the pool's high-water mark,
+  // and the server's memory, by as many pages as they hold.
+  if (alloc_.spare_count() > 0) alloc_.release_spares();
   // Rows that end their request's known tokens get a token; the backend samples them (on the
   // device for a GPU backend) and returns only the tokens. Requests make_room preempted after
   // they were placed in the batch are dropped from it on the way.

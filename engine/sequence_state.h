@@ -43,7 +43,8 @@ class StateAllocator {
   // prefix cache evicts one finished state, a new request is admitted) then moves page ids from
   // one list to another instead of finding the runs of ~1,000 cold ids, clearing and setting
   // their counts and cutting new runs from the free list. Spares stay used pages in the pool's
-  // books; make_free() and release_spares() give them back.
+  // books; make_free() and release_spares() give them back (the engine does, every step, with
+  // whatever that step's admissions and growth did not take).
   void retire(SequenceState& s);
   // Pages admit() and grow() can take: the pool's free pages and the spares.
   int32_t available() const { return pool_.free_count() + spare_count(); }
