@@ -11,8 +11,10 @@ namespace mixserve {
 // the lanes pairwise. As fixed as one serial chain (a row's result never depends on the batch), a
 // chain of n dependent adds (four cycles each) was a large share of a decode step wherever it
 // sat on the critical path: layer norm, attention's head sums and softmax denominators.
+// Always inlined: with n known at the call site (a head's channels) the loops unroll into a few
+// adds in registers.
 template <typename Acc, typename Term>
-Acc sum_in_lanes(int64_t n, Term term) {
+__attribute__((always_inline)) inline Acc sum_in_lanes(int64_t n, Term term) {
   Acc lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -3,10 +3,12 @@
 // prefill and at the end, and decode == prefill.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/mixers/attention/attention.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
@@ -21,7 +23,8 @@ class GoldenCpu : public ::testing::TestWithParam<std::string> {
     opts.threads = 2;
     backend_ = std::make_unique<CpuBackend>(fx_.cfg, *fx_.weights, opts);
   }
-  void expect_state(Runner& run, const SequenceState& s, int64_t tokens, const std::string& prefix) {
+  void expect_state(Runner& run, const SequenceState& s, int64_t tokens,
+                    const std::string& prefix) {
     auto state = run.read_state(s, tokens);
     int compared = 0;
     for (const auto& [name, got] : state) {
@@ -54,12 +57,14 @@ TEST_P(GoldenCpu, PrefillThenDecodeMatchesReference) {
   ASSERT_EQ(logits.size(), static_cast<size_t>(P * V));
   const auto& want = fx_.expected.at("prefill_logits");
   for (int t = 0; t < P; ++t)
-    EXPECT_LE(max_abs_diff(&logits[t * V], &want[t * V], V), fx_.tolerance) << "prefill position " << t;
+    EXPECT_LE(max_abs_diff(&logits[t * V], &want[t * V], V), fx_.tolerance)
+        << "prefill position " << t;
   expect_state(run, seq, P, "prefill_state");
   const auto& want_decode = fx_.expected.at("decode_logits");
   for (int i = 0; i < fx_.n_decode; ++i) {
     auto step = run.forward({&seq}, {{fx_.tokens[P + i]}}, {P + i}, false);
-    EXPECT_LE(max_abs_diff(step.data(), &want_decode[i * V], V), fx_.tolerance) << "decode step " << i;
+    EXPECT_LE(max_abs_diff(step.data(), &want_decode[i * V], V), fx_.tolerance)
+        << "decode step " << i;
   }
   expect_state(run, seq, P + fx_.n_decode, "state");
   run.alloc.release(seq);
@@ -83,13 +88,51 @@ TEST_P(GoldenCpu, DecodeEqualsPrefillBitwise) {
   for (int len : {7, 1, 5, 11, 6}) {
     std::vector<int32_t> part(fx_.tokens.begin() + pos, fx_.tokens.begin() + pos + len);
     auto got = run.forward({&chunked}, {part}, {pos}, true);
-    ASSERT_EQ(0, std::memcmp(got.data(), &all[pos * V], len * V * sizeof(float))) << "chunk at " << pos;
+    ASSERT_EQ(0, std::memcmp(got.data(), &all[pos * V], len * V * sizeof(float)))
+        << "chunk at " << pos;
     pos += len;
   }
   ASSERT_EQ(pos, T);
-  auto a = run.read_state(whole, T), b = run.read_state(stepwise, T), c = run.read_state(chunked, T);
+  auto a = run.read_state(whole, T), b = run.read_state(stepwise, T),
+       c = run.read_state(chunked, T);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, c);
+}
+
+// Attention's decode loop is compiled for common head sizes (4 … 128) beside a path for any size;
+// both sum in the same order, so they give the same bits (the fixtures' heads are 8 and 16 wide).
+TEST(GoldenCpuAttention, HeadSizePathsGiveTheSameBits) {
+  int checked = 0;
+  for (const std::string& name : golden_names()) {
+    Fixture fx = load_fixture(name);
+    if (std::none_of(fx.cfg.layers.begin(), fx.cfg.layers.end(),
+                     [](const LayerConfig& l) { return l.kind == MixerKind::kAttention; }))
+      continue;
+    std::vector<float> logits[2];
+    for (int generic = 0; generic < 2; ++generic) {
+      attention_force_generic_heads(generic == 1);
+      CpuBackendOptions opts;
+      opts.pool_bytes = 8 << 20;
+      opts.threads = 2;
+      CpuBackend backend(fx.cfg, *fx.weights, opts);
+      Runner run(backend);
+      SequenceState seq;
+      const int P = fx.prompt_len;
+      std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + P);
+      logits[generic] = run.forward({&seq}, {prompt}, {0}, /*all_logits=*/true);
+      for (int t = P; t < static_cast<int>(fx.tokens.size()); ++t) {
+        auto step = run.forward({&seq}, {{fx.tokens[t]}}, {t}, false);
+        logits[generic].insert(logits[generic].end(), step.begin(), step.end());
+      }
+      run.alloc.release(seq);
+    }
+    attention_force_generic_heads(false);
+    ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
+    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
+        << name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3) << "the attention fixtures (attention, attention_rope, hybrid_a)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenCpu, ::testing::ValuesIn(golden_names()),

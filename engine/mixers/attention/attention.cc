@@ -13,7 +13,8 @@ namespace mixserve {
 
 std::vector<WeightSpec> attention_weights(const ModelConfig& cfg, const LayerConfig&) {
   std::vector<WeightSpec> w;
-  for (const char* n : {"q", "k", "v", "o"}) add_linear_spec(w, n, cfg.d_model, cfg.d_model, cfg.bias);
+  for (const char* n : {"q", "k", "v", "o"})
+    add_linear_spec(w, n, cfg.d_model, cfg.d_model, cfg.bias);
   return w;
 }
 
@@ -62,6 +63,88 @@ inline float sum8(const float* x, int64_t n) {
   return sum_in_lanes<float>(n, [&](int64_t i) { return x[i]; });
 }
 
+// Per-thread buffers of the decode loop: kept, so no allocation per layer and step.
+struct AttendScratch {
+  std::vector<float> scores, prod, weight;
+  std::vector<const float*> k_rows, v_rows;
+};
+
+// One task of the decode loop: the row at position T − 1 with query q attends over its T cached
+// K/V rows, for heads [h0, h1) of h channels each, into out (those heads' channels). H is the
+// head size when known at compile time (0: h at run time): a head's sum of q·k then unrolls into
+// a few adds in registers, where a call per head and position (32 heads of 4 channels: ~1,300 a
+// row and layer) took most of attention's time at batch 64. The sums are sum8's whatever H is,
+// so the results do not depend on which instantiation runs.
+template <int H>
+void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h, int64_t h0,
+            int64_t h1, AttendScratch& s, float* out) {
+  if constexpr (H > 0) h = H;
+  const int64_t c0 = h0 * h, width = (h1 - h0) * h, heads = h1 - h0;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(h));
+  s.prod.resize(width);
+  s.weight.resize(width);
+  s.scores.resize(heads * T);
+  s.k_rows.resize(T);
+  s.v_rows.resize(T);
+  for (int64_t j = 0; j < T; ++j) {  // each row's address once (a division by the page size)
+    s.k_rows[j] = st.at(j * 2 * d) + c0;
+    s.v_rows[j] = st.at(j * 2 * d + d) + c0;
+  }
+  float* prod = s.prod.data();
+  for (int64_t j = 0; j < T; ++j) {
+    if (j + kAhead < T) prefetch_row(s.k_rows[j + kAhead], width);
+    const float* k = s.k_rows[j];
+    for (int64_t c = 0; c < width; ++c) prod[c] = q[c0 + c] * k[c];
+    for (int64_t i = 0; i < heads; ++i) {
+      float sum;
+      if constexpr (H > 0)
+        sum = sum_in_lanes<float>(H, [&](int64_t c) { return prod[i * H + c]; });
+      else
+        sum = sum8(prod + i * h, h);
+      s.scores[i * T + j] = sum * scale;
+    }
+  }
+  for (int64_t i = 0; i < heads; ++i) {
+    float* sc = &s.scores[i * T];
+    const float mx = *std::max_element(sc, sc + T);
+    exp_sub(sc, mx, sc, T);
+    const float sum = sum8(sc, T);
+    for (int64_t j = 0; j < T; ++j) sc[j] /= sum;
+  }
+  // out[c] += weight of c's head · v[c], over the task's channels at once: a call per head and
+  // position (~900 a layer at 32 heads) cost more than the arithmetic.
+  std::fill(out, out + width, 0.0f);
+  for (int64_t j = 0; j < T; ++j) {
+    if (j + kAhead < T) prefetch_row(s.v_rows[j + kAhead], width);
+    for (int64_t i = 0; i < heads; ++i) std::fill_n(&s.weight[i * h], h, s.scores[i * T + j]);
+    multiply_add(s.weight.data(), s.v_rows[j], out, width);
+  }
+}
+
+using AttendFn = void (*)(const float*, const StateView&, int64_t, int64_t, int64_t, int64_t,
+                          int64_t, AttendScratch&, float*);
+bool g_force_generic = false;
+
+AttendFn attend_for(int64_t h) {
+  if (g_force_generic) return &attend<0>;
+  switch (h) {
+    case 4:
+      return &attend<4>;
+    case 8:
+      return &attend<8>;
+    case 16:
+      return &attend<16>;
+    case 32:
+      return &attend<32>;
+    case 64:
+      return &attend<64>;
+    case 128:
+      return &attend<128>;
+    default:
+      return &attend<0>;
+  }
+}
+
 class CpuAttention : public CpuLayerPart {
  public:
   CpuAttention(const ModelConfig& cfg, const LayerConfig& layer, const WeightSource& w,
@@ -96,48 +179,22 @@ class CpuAttention : public CpuLayerPart {
     // head, out_h = Σ_j weight·v_j,h, channels innermost (vectorised). Heads are independent, so
     // how they are grouped changes no result; groups of ≥ kGroupChannels channels put a batch-1
     // step's heads on every thread (32 heads of 4 channels: ~40% of the step on one core).
+    // With rows enough for every thread, a task takes a whole row: each K/V row's address is
+    // then found once, not once per group.
+    const int64_t threads = ctx.pool ? ctx.pool->size() : 1;
     const int64_t heads_per_group =
-        std::min<int64_t>(n_, std::max<int64_t>(1, kGroupChannels / h_));
+        rows >= 4 * threads ? n_ : std::min<int64_t>(n_, std::max<int64_t>(1, kGroupChannels / h_));
     const int64_t groups = (n_ + heads_per_group - 1) / heads_per_group;
+    const AttendFn attend_heads = attend_for(h_);
     ctx.pool->parallel_for(rows * groups, [&](int64_t t0, int64_t t1) {
-      thread_local std::vector<float> scores, prod,
-          weight;  // per thread, kept: no allocation per layer and step
-      prod.resize(d);
-      weight.resize(d);
+      thread_local AttendScratch scratch;
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t r = t / groups, g = t % groups;
         const int seq = b.seq_of_row(r);
-        const int64_t pos = b.pos0[seq] + (r - b.row_start[seq]), T = pos + 1;
+        const int64_t pos = b.pos0[seq] + (r - b.row_start[seq]);
         const int64_t h0 = g * heads_per_group, h1 = std::min(n_, h0 + heads_per_group);
-        const int64_t c0 = h0 * h_, c1 = h1 * h_, width = c1 - c0;
-        const float* q = &qkv_out_[r * 3 * d];
-        const StateView& st = b.state[seq];
-        const float scale = 1.0f / std::sqrt(static_cast<float>(h_));
-        scores.resize((h1 - h0) * T);
-        for (int64_t j = 0; j < T; ++j) {
-          if (j + kAhead < T) prefetch_row(st.at((j + kAhead) * 2 * d) + c0, width);
-          const float* k = st.at(j * 2 * d);
-          for (int64_t c = c0; c < c1; ++c) prod[c] = q[c] * k[c];
-          for (int64_t hd = h0; hd < h1; ++hd)
-            scores[(hd - h0) * T + j] = sum8(&prod[hd * h_], h_) * scale;
-        }
-        for (int64_t hd = h0; hd < h1; ++hd) {
-          float* sc = &scores[(hd - h0) * T];
-          const float mx = *std::max_element(sc, sc + T);
-          exp_sub(sc, mx, sc, T);
-          const float sum = sum8(sc, T);
-          for (int64_t j = 0; j < T; ++j) sc[j] /= sum;
-        }
-        // out[c] += weight of c's head · v[c], over the group's channels at once: a call per head
-        // and position (~900 a layer at 32 heads) cost more than the arithmetic.
-        float* out = &attn_[r * d] + c0;
-        std::fill(out, out + width, 0.0f);
-        for (int64_t j = 0; j < T; ++j) {
-          if (j + kAhead < T) prefetch_row(st.at((j + kAhead) * 2 * d + d) + c0, width);
-          for (int64_t hd = h0; hd < h1; ++hd)
-            std::fill_n(&weight[(hd - h0) * h_], h_, scores[(hd - h0) * T + j]);
-          multiply_add(weight.data(), st.at(j * 2 * d + d) + c0, out, width);
-        }
+        attend_heads(&qkv_out_[r * 3 * d], b.state[seq], pos + 1, d, h_, h0, h1, scratch,
+                     &attn_[r * d] + h0 * h_);
       }
     });
     o_.multiply(attn_.data(), rows, y, ctx.pool);
@@ -152,6 +209,10 @@ class CpuAttention : public CpuLayerPart {
 };
 
 }  // namespace
+
+void attention_force_generic_heads(bool generic) {
+  g_force_generic = generic;
+}
 
 std::unique_ptr<CpuLayerPart> make_cpu_attention(const ModelConfig& cfg, const LayerConfig& layer,
                                                  const WeightSource& weights,

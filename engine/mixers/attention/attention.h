@@ -12,5 +12,7 @@ OpCost attention_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t 
 std::unique_ptr<CpuLayerPart> make_cpu_attention(const ModelConfig& cfg, const LayerConfig& layer,
                                                  const WeightSource& weights,
                                                  const std::string& prefix);
+// For tests: every head size through the run-time-size path instead of its compiled one.
+void attention_force_generic_heads(bool generic);
 
 }  // namespace mixserve
