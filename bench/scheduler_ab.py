@@ -9,6 +9,11 @@ and 2 are admitted per step on average) and decode only, and writes the medians 
 --malloc-hugetlb runs both builds with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, as scripts/serve and
 the container image run the server (malloc's heap on transparent huge pages).
 
+  /usr/bin/python3 bench/scheduler_ab.py --malloc-ab [--after BIN] [--runs 30]
+
+--malloc-ab compares one build (--after) with malloc's defaults and with the huge-page heap,
+alternately, instead of two builds: how much the setting is worth on this host.
+
 Alternating the two builds run by run, on the same machine in one sitting, is what makes the ratio
 meaningful on a shared VM whose speed drifts; each run already reports its median window.
 """
@@ -32,27 +37,33 @@ def run(binary, max_tokens, env=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", required=True)
+    ap.add_argument("--before", help="the other build (required unless --malloc-ab)")
     ap.add_argument("--before-label", default="before")
     ap.add_argument("--after", default=os.path.join(ROOT, "build", "release", "bench", "mixserve-sched-bench"))
     ap.add_argument("--after-label", default="now")
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--malloc-hugetlb", action="store_true", help="GLIBC_TUNABLES=glibc.malloc.hugetlb=1")
+    ap.add_argument("--malloc-ab", action="store_true",
+                    help="one build (--after) with malloc defaults and with glibc.malloc.hugetlb=1")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                   f"scheduler-{datetime.date.today().isoformat()}"))
     args = ap.parse_args()
-    builds = [(args.before_label, args.before), (args.after_label, args.after)]
-    env = dict(os.environ)
-    if args.malloc_hugetlb:
-        env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
+    defaults = dict(os.environ)
+    defaults.pop("GLIBC_TUNABLES", None)
+    hugetlb = dict(defaults, GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
+    if args.malloc_ab:  # (label, binary, environment) of each side
+        builds = [("malloc defaults", args.after, defaults), ("hugetlb", args.after, hugetlb)]
+    elif args.before:
+        env = hugetlb if args.malloc_hugetlb else defaults
+        builds = [(args.before_label, args.before, env), (args.after_label, args.after, env)]
     else:
-        env.pop("GLIBC_TUNABLES", None)
-    samples = {(b, m): [] for b, _ in builds for m in MODES}
+        ap.error("--before is required (or --malloc-ab)")
+    samples = {(b, m): [] for b, _, _ in builds for m in MODES}
     total = args.runs * len(MODES) * len(builds)
     done = 0
     for i in range(args.runs):
         for mode, max_tokens in MODES.items():
-            for label, binary in builds:
+            for label, binary, env in builds:
                 r = run(binary, max_tokens, env)
                 samples[(label, mode)].append(r)
                 done += 1
@@ -60,7 +71,7 @@ def main():
                       f"schedule {r['schedule_us']:5.1f}  sample {r['sample_us']:5.1f}", flush=True)
     rows = []
     for mode in MODES:
-        for label, _ in builds:
+        for label, _, _ in builds:
             runs = samples[(label, mode)]
             row = {"build": label, "mode": mode, "max_tokens": int(MODES[mode]), "running": runs[0]["running"]}
             for f in FIELDS:
@@ -75,12 +86,14 @@ def main():
                       "stop checks and handing each token to its sink; schedule_us = its part before the "
                       "forward call. 18-layer hybrid (attention, SHE, RetNet, AFT-local, RWKV, Performer), "
                       "d = 128, 256 running requests, timed after the prefix cache has filled.",
-              "malloc": "glibc.malloc.hugetlb=1 (heap on transparent huge pages)" if args.malloc_hugetlb
+              "malloc": "both, one build (--malloc-ab)" if args.malloc_ab
+              else "glibc.malloc.hugetlb=1 (heap on transparent huge pages)" if args.malloc_hugetlb
               else "glibc malloc defaults (4 KiB pages)",
               "target_host_us": 10, "rows": rows}
     with open(args.out + ".json", "w") as f:
         json.dump(result, f, indent=1)
-    plot(rows, args.out + ".png", [b for b, _ in builds], args.malloc_hugetlb)
+    plot(rows, args.out + ".png", [b for b, _, _ in builds],
+         None if args.malloc_ab else args.malloc_hugetlb)
     print("wrote", args.out + ".json", args.out + ".png")
 
 
@@ -105,7 +118,7 @@ def plot(rows, path, labels, hugetlb):
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, fontsize=9)
     fig.suptitle("Engine host overhead per step, null backend"
-                 + (", malloc on huge pages" if hugetlb else ", malloc defaults"))
+                 + ("" if hugetlb is None else ", malloc on huge pages" if hugetlb else ", malloc defaults"))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 
