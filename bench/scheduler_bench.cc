@@ -2,7 +2,7 @@
 // admission, batching, pool accounting, sampling, events. 256 running requests decode on an
 // 18-layer hybrid (attention, SHE, RetNet, AFT-local, RWKV, Performer, …) of the paper's size.
 //   mixserve-sched-bench [--running 256] [--steps 2560] [--warmup 2200] [--windows 5] [--vocab 16]
-//   [--out F.json]
+//   [--cache-entries 4096] [--out F.json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
       "tokens per request before it is replaced by a new one (beyond warmup + steps: decode only)");
   a.flag("windows", "5", "timed windows (the median window is reported)");
   a.flag("page-rows", "1", "pages of this many d-float rows (1: the backends' default page)");
+  a.flag("cache-entries", "4096",
+         "prefix-cache entries (0: finished requests are retired, not adopted into the cache)");
   a.flag("out", "", "write the result to this JSON file");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err) || a.help_requested()) {
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   EngineOptions opts;
   opts.max_batch = running;
   opts.step_token_budget = 4096;
+  opts.cache_entries = static_cast<int>(a.integer("cache-entries"));
   const int32_t page_floats = static_cast<int32_t>(a.integer("page-rows") * c.d_model);
   Engine engine(model, std::make_unique<NullBackend>(c, int64_t{8} << 30, page_floats), opts);
   // Steady state: every request decodes max-tokens tokens, and each one that finishes is
