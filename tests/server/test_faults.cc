@@ -1,15 +1,13 @@
 // Behaviour under faults, as clients cause them: a client that disconnects mid-stream (REST and
 // gRPC) has its request cancelled and its state freed at once; deadlines end requests with the
 // right status; a full queue answers 429 / RESOURCE_EXHAUSTED; SIGTERM drains.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <fstream>
-#include <thread>
-
-#include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "mixserve/v1/generation.grpc.pb.h"
 #include "tests/server/harness.h"
@@ -32,22 +30,25 @@ TEST(Faults, RestClientThatDisconnectsMidStreamIsCancelledAtOnce) {
   // `head` closes the pipe after the first events; curl dies on its next write and the
   // connection closes while the server still has about 120 tokens to go.
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/req.json") << R"({"prompt":"And God said","max_tokens":120,"ignore_eos":true,"stream":true})";
-  const std::string out = run("curl -sN --data-binary @" + dir + "/req.json " + s.http_url("/v1/completions") +
-                              " 2>/dev/null | head -c 300");
+  std::ofstream(dir + "/req.json")
+      << R"({"prompt":"And God said","max_tokens":120,"ignore_eos":true,"stream":true})";
+  const std::string out = run("curl -sN --data-binary @" + dir + "/req.json " +
+                              s.http_url("/v1/completions") + " 2>/dev/null | head -c 300");
   EXPECT_NE(out.find("data: {"), std::string::npos) << "the stream had started";
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(wait_until([&] { return finished(s, "cancelled") == 1; }, std::chrono::seconds(5)))
       << "the request was not cancelled";
   ASSERT_TRUE(wait_until([&] { return running(s) == 0; }, std::chrono::seconds(2)));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(finished(s, "length"), 0) << "it never ran to its end";
   std::printf("disconnect noticed and state freed %.1f ms after the client left\n", ms);
 }
 
 TEST(Faults, GrpcClientThatCancelsIsCancelled) {
   ServerProcess s({"--model", source_dir() + "/models/default"});
-  auto stub = v1::TextGeneration::NewStub(grpc::CreateChannel(s.grpc_target(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::TextGeneration::NewStub(
+      grpc::CreateChannel(s.grpc_target(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   v1::GenerateRequest req;
   req.set_prompt("And God said");
@@ -60,15 +61,19 @@ TEST(Faults, GrpcClientThatCancelsIsCancelled) {
   while (reader->Read(&r)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_TRUE(wait_until([&] { return finished(s, "cancelled") == 1 && running(s) == 0; }, std::chrono::seconds(5)));
+  EXPECT_TRUE(wait_until([&] { return finished(s, "cancelled") == 1 && running(s) == 0; },
+                         std::chrono::seconds(5)));
 }
 
 TEST(Faults, DeadlinesEndRequestsWithTheRightStatus) {
   ServerProcess s({"--model", source_dir() + "/models/default"});
-  auto r = post_json(s.http_url("/v1/completions"), R"({"prompt":"And God said","max_tokens":120,"ignore_eos":true,"timeout":0.002})");
+  auto r =
+      post_json(s.http_url("/v1/completions"),
+                R"({"prompt":"And God said","max_tokens":120,"ignore_eos":true,"timeout":0.002})");
   EXPECT_EQ(r.status, 504) << r.body;
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "timeout_error");
-  auto stub = v1::TextGeneration::NewStub(grpc::CreateChannel(s.grpc_target(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::TextGeneration::NewStub(
+      grpc::CreateChannel(s.grpc_target(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(3));
   v1::GenerateRequest req;
@@ -83,17 +88,21 @@ TEST(Faults, DeadlinesEndRequestsWithTheRightStatus) {
   EXPECT_TRUE(wait_until([&] { return running(s) == 0; }, std::chrono::seconds(5)));
   // The REST request always reaches the engine; the gRPC call may not: when its 3 ms pass before
   // the handler runs (a slow build, e.g. ASan), gRPC answers DEADLINE_EXCEEDED itself.
-  EXPECT_GE(finished(s, "deadline") + finished(s, "cancelled"), 1) << "the REST request ended early";
+  EXPECT_GE(finished(s, "deadline") + finished(s, "cancelled"), 1)
+      << "the REST request ended early";
   EXPECT_EQ(finished(s, "length"), 0);
 }
 
 TEST(Faults, AFullQueueAnswers429) {
-  ServerProcess s({"--model", source_dir() + "/models/default", "--max-batch", "1", "--max-queue", "1"});
+  ServerProcess s(
+      {"--model", source_dir() + "/models/default", "--max-batch", "1", "--max-queue", "1"});
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/req.json") << R"({"prompt":"And God said","max_tokens":100,"ignore_eos":true})";
+  std::ofstream(dir + "/req.json")
+      << R"({"prompt":"And God said","max_tokens":100,"ignore_eos":true})";
   // 8 clients at once against room for 1 running + 1 waiting
-  const std::string cmd = "seq 8 | xargs -P 8 -I{} curl -s -o " + dir + "/out{} -w '%{http_code}\\n' --data-binary @" +
-                          dir + "/req.json " + s.http_url("/v1/completions");
+  const std::string cmd = "seq 8 | xargs -P 8 -I{} curl -s -o " + dir +
+                          "/out{} -w '%{http_code}\\n' --data-binary @" + dir + "/req.json " +
+                          s.http_url("/v1/completions");
   const std::string codes = run(cmd);
   int ok = 0, full = 0;
   std::istringstream in(codes);
@@ -107,10 +116,13 @@ TEST(Faults, AFullQueueAnswers429) {
   for (int i = 1; i <= 8; ++i) {
     std::ifstream f(dir + "/out" + std::to_string(i));
     const json j = json::parse(std::string((std::istreambuf_iterator<char>(f)), {}));
-    if (j.contains("error")) EXPECT_EQ(j["error"]["type"], "rate_limit_error");
-    else EXPECT_EQ(j["usage"]["completion_tokens"], 100);
+    if (j.contains("error"))
+      EXPECT_EQ(j["error"]["type"], "rate_limit_error");
+    else
+      EXPECT_EQ(j["usage"]["completion_tokens"], 100);
   }
-  auto stub = v1::TextGeneration::NewStub(grpc::CreateChannel(s.grpc_target(), grpc::InsecureChannelCredentials()));
+  auto stub = v1::TextGeneration::NewStub(
+      grpc::CreateChannel(s.grpc_target(), grpc::InsecureChannelCredentials()));
   std::vector<std::thread> clients;
   std::atomic<int> exhausted{0};
   for (int i = 0; i < 6; ++i)
@@ -133,15 +145,27 @@ TEST(Faults, AFullQueueAnswers429) {
 TEST(Faults, SigtermDrainsThenExitsZero) {
   ServerProcess s({"--model", source_dir() + "/models/default", "--drain-seconds", "20"});
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/req.json") << R"({"prompt":"And God said","max_tokens":120,"ignore_eos":true,"stream":true})";
+  std::ofstream(dir + "/req.json")
+      << R"({"prompt":"And God said","max_tokens":120,"ignore_eos":true,"stream":true})";
   // an in-flight stream, slowed by a crowd of other requests
-  std::ofstream(dir + "/crowd.json") << R"({"prompt":"In the beginning","max_tokens":120,"ignore_eos":true})";
-  run("for i in $(seq 24); do curl -s -o /dev/null --data-binary @" + dir + "/crowd.json " + s.http_url("/v1/completions") +
-      " > /dev/null 2>&1 & done; curl -sN --data-binary @" + dir + "/req.json " + s.http_url("/v1/completions") + " > " + dir +
+  std::ofstream(dir + "/crowd.json")
+      << R"({"prompt":"In the beginning","max_tokens":120,"ignore_eos":true})";
+  run("for i in $(seq 24); do curl -s -o /dev/null --data-binary @" + dir + "/crowd.json " +
+      s.http_url("/v1/completions") + " > /dev/null 2>&1 & done; curl -sN --data-binary @" + dir +
+      "/req.json " + s.http_url("/v1/completions") + " > " + dir +
       "/stream.txt 2>/dev/null & sleep 0.05");
-  ASSERT_TRUE(wait_until([&] { return running(s) > 0; }, std::chrono::seconds(5)));
+  // SIGTERM once the stream is in flight: its first event has arrived. (Waiting only for some
+  // running request raced: the crowd's could run before the stream's curl had connected, and
+  // the stream then came too late and was refused.)
+  auto stream_started = [&] {
+    std::ifstream in(dir + "/stream.txt");
+    const std::string head((std::istreambuf_iterator<char>(in)), {});
+    return head.find("data: ") != std::string::npos;
+  };
+  ASSERT_TRUE(wait_until(stream_started, std::chrono::seconds(10)));
   s.signal(SIGTERM);
-  ASSERT_TRUE(wait_until([&] { return curl(s.http_url("/ready")).status == 503; }, std::chrono::seconds(5)))
+  ASSERT_TRUE(
+      wait_until([&] { return curl(s.http_url("/ready")).status == 503; }, std::chrono::seconds(5)))
       << "readiness goes false while draining";
   auto late = post_json(s.http_url("/v1/completions"), R"({"prompt":"late","max_tokens":2})");
   if (late.status != 0) {  // 0: the server had already finished draining and closed
@@ -151,7 +175,8 @@ TEST(Faults, SigtermDrainsThenExitsZero) {
   EXPECT_EQ(s.wait_exit(std::chrono::seconds(30)), 0) << s.output();
   std::ifstream f(dir + "/stream.txt");
   const std::string stream((std::istreambuf_iterator<char>(f)), {});
-  EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos) << "the in-flight stream finished";
+  EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos)
+      << "the in-flight stream finished";
   EXPECT_NE(stream.find("data: [DONE]"), std::string::npos);
   EXPECT_NE(s.output().find("draining"), std::string::npos);
 }
