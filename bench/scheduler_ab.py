@@ -58,6 +58,9 @@ def main():
         builds = [(args.before_label, args.before, env), (args.after_label, args.after, env)]
     else:
         ap.error("--before is required (or --malloc-ab)")
+    malloc = ("both, one build (--malloc-ab)" if args.malloc_ab
+              else "glibc.malloc.hugetlb=1 (heap on transparent huge pages)" if args.malloc_hugetlb
+              else "glibc malloc defaults (4 KiB pages)")
     samples = {(b, m): [] for b, _, _ in builds for m in MODES}
     total = args.runs * len(MODES) * len(builds)
     done = 0
@@ -86,18 +89,15 @@ def main():
                       "stop checks and handing each token to its sink; schedule_us = its part before the "
                       "forward call. 18-layer hybrid (attention, SHE, RetNet, AFT-local, RWKV, Performer), "
                       "d = 128, 256 running requests, timed after the prefix cache has filled.",
-              "malloc": "both, one build (--malloc-ab)" if args.malloc_ab
-              else "glibc.malloc.hugetlb=1 (heap on transparent huge pages)" if args.malloc_hugetlb
-              else "glibc malloc defaults (4 KiB pages)",
+              "malloc": malloc,
               "target_host_us": 10, "rows": rows}
     with open(args.out + ".json", "w") as f:
         json.dump(result, f, indent=1)
-    plot(rows, args.out + ".png", [b for b, _, _ in builds],
-         None if args.malloc_ab else args.malloc_hugetlb)
+    plot(rows, args.out + ".png", malloc)
     print("wrote", args.out + ".json", args.out + ".png")
 
 
-def plot(rows, path, labels, hugetlb):
+def plot(rows, path, malloc):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -117,8 +117,7 @@ def plot(rows, path, labels, hugetlb):
             ax.text(i, r["host_us"], f"{r['host_us']:.1f}", ha="center", va="bottom")
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=3, fontsize=9)
-    fig.suptitle("Engine host overhead per step, null backend"
-                 + ("" if hugetlb is None else ", malloc on huge pages" if hugetlb else ", malloc defaults"))
+    fig.suptitle(f"Engine host overhead per step, null backend; malloc: {malloc}")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 

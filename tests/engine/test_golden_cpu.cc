@@ -14,14 +14,19 @@
 namespace mixserve::testing {
 namespace {
 
+// The CPU backend every test here runs a fixture on: 2 threads, an 8 MiB pool.
+std::unique_ptr<CpuBackend> cpu_backend_for(const Fixture& fx) {
+  CpuBackendOptions opts;
+  opts.pool_bytes = 8 << 20;
+  opts.threads = 2;
+  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, opts);
+}
+
 class GoldenCpu : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     fx_ = load_fixture(GetParam());
-    CpuBackendOptions opts;
-    opts.pool_bytes = 8 << 20;
-    opts.threads = 2;
-    backend_ = std::make_unique<CpuBackend>(fx_.cfg, *fx_.weights, opts);
+    backend_ = cpu_backend_for(fx_);
   }
   void expect_state(Runner& run, const SequenceState& s, int64_t tokens,
                     const std::string& prefix) {
@@ -111,11 +116,8 @@ TEST(GoldenCpuAttention, HeadSizePathsGiveTheSameBits) {
     std::vector<float> logits[2];
     for (int generic = 0; generic < 2; ++generic) {
       attention_force_generic_heads(generic == 1);
-      CpuBackendOptions opts;
-      opts.pool_bytes = 8 << 20;
-      opts.threads = 2;
-      CpuBackend backend(fx.cfg, *fx.weights, opts);
-      Runner run(backend);
+      auto backend = cpu_backend_for(fx);
+      Runner run(*backend);
       SequenceState seq;
       const int P = fx.prompt_len;
       std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + P);

@@ -73,8 +73,8 @@ struct AttendScratch {
 // K/V rows, for heads [h0, h1) of h channels each, into out (those heads' channels). H is the
 // head size when known at compile time (0: h at run time): a head's sum of q·k then unrolls into
 // a few adds in registers, where a call per head and position (32 heads of 4 channels: ~1,300 a
-// row and layer) took most of attention's time at batch 64. The sums are sum8's whatever H is,
-// so the results do not depend on which instantiation runs.
+// row and layer) took most of attention's time at batch 64. The sums are sum_in_lanes' whatever
+// H is, so the results do not depend on which instantiation runs.
 template <int H>
 void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h, int64_t h0,
             int64_t h1, AttendScratch& s, float* out) {
@@ -95,14 +95,9 @@ void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h
     if (j + kAhead < T) prefetch_row(s.k_rows[j + kAhead], width);
     const float* k = s.k_rows[j];
     for (int64_t c = 0; c < width; ++c) prod[c] = q[c0 + c] * k[c];
-    for (int64_t i = 0; i < heads; ++i) {
-      float sum;
-      if constexpr (H > 0)
-        sum = sum_in_lanes<float>(H, [&](int64_t c) { return prod[i * H + c]; });
-      else
-        sum = sum8(prod + i * h, h);
-      s.scores[i * T + j] = sum * scale;
-    }
+    for (int64_t i = 0; i < heads; ++i)  // h is the constant H in a compiled instantiation
+      s.scores[i * T + j] =
+          sum_in_lanes<float>(h, [&](int64_t c) { return prod[i * h + c]; }) * scale;
   }
   for (int64_t i = 0; i < heads; ++i) {
     float* sc = &s.scores[i * T];
@@ -181,9 +176,10 @@ class CpuAttention : public CpuLayerPart {
     // step's heads on every thread (32 heads of 4 channels: ~40% of the step on one core).
     // With rows enough for every thread, a task takes a whole row: each K/V row's address is
     // then found once, not once per group.
-    const int64_t threads = ctx.pool ? ctx.pool->size() : 1;
     const int64_t heads_per_group =
-        rows >= 4 * threads ? n_ : std::min<int64_t>(n_, std::max<int64_t>(1, kGroupChannels / h_));
+        rows >= 4 * ctx.pool->size()
+            ? n_
+            : std::min<int64_t>(n_, std::max<int64_t>(1, kGroupChannels / h_));
     const int64_t groups = (n_ + heads_per_group - 1) / heads_per_group;
     const AttendFn attend_heads = attend_for(h_);
     ctx.pool->parallel_for(rows * groups, [&](int64_t t0, int64_t t1) {
