@@ -105,11 +105,7 @@ void PagePool::release(const std::vector<int32_t>& pages) {
 }
 
 void PagePool::release(const std::vector<std::vector<int32_t>>& lists) {
-  // A released state is usually cold (a cache entry evicted thousands of steps after it was
-  // written), in one short list per layer: ask for every line of the lists first, so that their
-  // misses overlap instead of following one another, then for the counts of each run found.
-  for (const auto& pages : lists)
-    for (size_t i = 0; i < pages.size(); i += 64 / sizeof(int32_t)) __builtin_prefetch(&pages[i]);
+  prefetch_page_lists(lists);  // then find_runs asks for the counts of each run it finds
   for (const auto& pages : lists) find_runs(pages.data(), pages.size());
   release_runs();
 }

@@ -83,11 +83,7 @@ void StateAllocator::retire(SequenceState& s) {
   size_t n = 0;
   for (const auto& pages : s.layer_pages) n += pages.size();
   if (s.shared || spare_pages_.size() + n > kMaxSpare) return release(s);
-  // Usually a cold state (a cache entry evicted thousands of steps after it was written): ask
-  // for every line of its lists before copying, so that their misses overlap instead of each
-  // list's first miss waiting for the previous list's copy (as PagePool::release does).
-  for (const auto& pages : s.layer_pages)
-    for (size_t i = 0; i < pages.size(); i += 64 / sizeof(int32_t)) __builtin_prefetch(&pages[i]);
+  prefetch_page_lists(s.layer_pages);
   for (const auto& pages : s.layer_pages)
     spare_pages_.insert(spare_pages_.end(), pages.begin(), pages.end());
   keep_tables(s);
