@@ -41,13 +41,19 @@ const char* http_status_text(int status) {
 
 namespace {
 
-struct Closer {  // what a session needs from the server to stop with it
-  std::mutex mu;
-  std::vector<std::function<void()>> closers;
+// What HttpServer::stop() needs of a session: a session whose response is still running is kept
+// alive by its own on-gone callback (the gateway's handle on the request holds the exchange, which
+// holds the session), a cycle that only the response's end or close() breaks. Left to the
+// io_context's destruction, such sessions leaked at shutdown (LeakSanitizer: 1.8 MB in 5,305
+// allocations after a SIGTERM under load).
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void close() = 0;
 };
 
 template <typename Stream>
-class Session : public std::enable_shared_from_this<Session<Stream>> {
+class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(Stream stream, const HttpServerOptions& opts, const HttpHandler& handler, const HttpErrorBody& error_body)
       : stream_(std::move(stream)), opts_(opts), handler_(handler), error_body_(error_body),
@@ -113,7 +119,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
   auto executor() { return stream_.get_executor(); }
 
-  void close() {
+  void close() override {
     if (closed_) return;
     closed_ = true;
     write_timer_.cancel();
@@ -352,6 +358,15 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   std::vector<std::thread> threads;
   int bound_port = 0;
+  std::mutex sessions_mu;
+  std::vector<std::weak_ptr<SessionBase>> sessions;  // every session accepted, for stop()
+
+  void track(const std::shared_ptr<SessionBase>& s) {
+    std::lock_guard<std::mutex> lock(sessions_mu);
+    if (sessions.size() >= 64 && (sessions.size() & (sessions.size() - 1)) == 0)  // at powers of two
+      std::erase_if(sessions, [](const std::weak_ptr<SessionBase>& w) { return w.expired(); });
+    sessions.push_back(s);
+  }
 
   void accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
@@ -363,9 +378,11 @@ struct HttpServer::Impl {
       if (ssl) {
         auto s = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
             beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *ssl), opts, handler, error_body);
+        track(s);
         s->run(true);
       } else {
         auto s = std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), opts, handler, error_body);
+        track(s);
         s->run(false);
       }
       accept();
@@ -412,6 +429,16 @@ void HttpServer::stop() {
   m.ioc.stop();
   for (auto& t : m.threads) t.join();
   m.threads.clear();
+  // No handler runs now: close the sessions still alive, which breaks their cycles (SessionBase)
+  // and tells the requests of unfinished responses that their client is gone.
+  std::vector<std::shared_ptr<SessionBase>> live;
+  {
+    std::lock_guard<std::mutex> lock(m.sessions_mu);
+    for (const auto& w : m.sessions)
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    m.sessions.clear();
+  }
+  for (const auto& s : live) s->close();
 }
 
 int HttpServer::port() const { return impl_->bound_port; }

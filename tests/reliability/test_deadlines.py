@@ -16,6 +16,11 @@ import mixserve_clients as mc
 
 MAX_TOKENS = 100
 LATE = 3.0  # seconds a deadline may be overrun: connecting under this load, an engine step, the event loop
+# Seconds a gRPC deadline may end a call before it has passed on the client's clock: with both
+# cores busy (ctest -j2 beside other load), calls with deadlines of 69-98 ms ended 10-14 ms early
+# as the client measured them (3 calls in 26 runs of this test); gRPC, not mixserve, turns the
+# client's deadline into the server's, from clock readings taken when its threads get to run.
+GRPC_EARLY = 0.025
 
 
 class Tally:
@@ -97,7 +102,8 @@ async def grpc_client(stub, rng, timeout, tally):
 
 def finish_in_time(timeout, took, ended_by_deadline, what):
     if ended_by_deadline:
-        assert took >= timeout * 0.9, f"{what}: ended by a deadline of {timeout:.3f} s after only {took:.3f} s"
+        early = GRPC_EARLY if what == "grpc" else 0.0
+        assert took >= timeout * 0.9 - early, f"{what}: ended by a deadline of {timeout:.3f} s after only {took:.3f} s"
         assert took <= timeout + LATE, f"{what}: a deadline of {timeout:.3f} s ended the request only after {took:.3f} s"
 
 
