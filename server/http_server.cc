@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -360,11 +361,14 @@ struct HttpServer::Impl {
   int bound_port = 0;
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<SessionBase>> sessions;  // every session accepted, for stop()
+  size_t prune_at = 64;  // twice what was alive at the last pruning: amortized O(1) per session
 
   void track(const std::shared_ptr<SessionBase>& s) {
     std::lock_guard<std::mutex> lock(sessions_mu);
-    if (sessions.size() >= 64 && (sessions.size() & (sessions.size() - 1)) == 0)  // at powers of two
+    if (sessions.size() >= prune_at) {
       std::erase_if(sessions, [](const std::weak_ptr<SessionBase>& w) { return w.expired(); });
+      prune_at = std::max<size_t>(64, 2 * sessions.size());
+    }
     sessions.push_back(s);
   }
 
