@@ -4,7 +4,7 @@
   - TTFT of a repeated 512-token prompt with and without the prefix cache
   - pool efficiency (live / allocated state) for a hybrid model mix
 
-  /usr/bin/python3 bench/pool.py
+  GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/python3 bench/pool.py   # malloc as scripts/serve runs it
 """
 import datetime
 import json
@@ -48,7 +48,7 @@ def main():
     date = datetime.date.today().isoformat()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
     result = {"benchmark": "state-pool", "date": date, "cpu": cpu, "cores": os.cpu_count(),
-              "scheduler": sched, "prefix_cache_and_pool": pool,
+              "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""), "scheduler": sched, "prefix_cache_and_pool": pool,
               "targets": {"scheduling_us_at_256": 10, "ttft_speedup": 10, "pool_efficiency": 0.95}}
     path = os.path.join(ROOT, "bench", "results", f"state-pool-{date}.json")
     with open(path, "w") as f:
