@@ -88,9 +88,11 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->submitted = Clock::now();
   if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   params.sampling.seed = *params.seed;
-  // Room for every token the request can reach, so the engine thread never reallocates it.
-  r->tokens.reserve(std::min<int64_t>(model_.config.max_seq_len,
-                                      int64_t{params.max_tokens} + params.prompt.size()));
+  // Room for every token the request can reach (up to a bound: see kMaxReservedTokens), so the
+  // engine thread seldom reallocates it.
+  r->tokens.reserve(
+      std::min({model_.config.max_seq_len, StateAllocator::kMaxReservedTokens,
+                int64_t{params.max_tokens} + static_cast<int64_t>(params.prompt.size())}));
   r->tokens.assign(params.prompt.begin(), params.prompt.end());
   r->n_prompt = r->total = static_cast<int32_t>(params.prompt.size());
   r->priority = params.priority;

@@ -64,7 +64,7 @@ const std::vector<StateAllocator::GrowingLayer>& StateAllocator::growing_layers(
 void StateAllocator::reserve_tables(SequenceState& s, int64_t tokens) {
   if (s.layer_pages.empty()) return;
   for (const GrowingLayer& g : growing_layers())
-    s.layer_pages[g.layer].reserve(pages_of(g, tokens + kGrowTokens));
+    s.layer_pages[g.layer].reserve(pages_of(g, std::min(tokens, kMaxReservedTokens) + kGrowTokens));
 }
 
 void StateAllocator::take(int32_t n, std::vector<int32_t>& out) {

@@ -11,6 +11,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine/null_backend.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
@@ -189,6 +190,53 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
       "requests %d: completed %d, cancelled or expired %d; preemptions %llu; cache hits %llu\n",
       total_requests, completed, cut_short, static_cast<unsigned long long>(preemptions),
       static_cast<unsigned long long>(hits));
+}
+
+// Requests allowed more tokens than the engine sizes their lists for up front
+// (StateAllocator::kMaxReservedTokens) grow their token and page lists past that size while they
+// decode, and run to their last token with every page accounted for.
+TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
+  LoadedModel model;
+  model.id = "long";
+  ModelConfig& c = model.config;
+  c.vocab_size = 16;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.ffn_dim = 32;
+  c.max_seq_len = 1 << 15;
+  LayerConfig attention;  // K/V: two pages a token
+  LayerConfig she;
+  she.kind = MixerKind::kShe;
+  she.window = 8;
+  c.layers = {attention, she};
+  EngineOptions o;
+  o.cache_entries = 0;
+  Engine e(model, std::make_unique<NullBackend>(c, int64_t{64} << 20), o);
+  const int32_t max_tokens = static_cast<int32_t>(StateAllocator::kMaxReservedTokens) + 1000;
+  std::vector<Outcome> got(2);
+  for (size_t i = 0; i < got.size(); ++i) {
+    GenerateParams p;
+    p.prompt = {1, 2, 3};
+    p.max_tokens = max_tokens - static_cast<int32_t>(i) * 500;  // they end apart
+    p.ignore_eos = true;
+    auto r = e.submit(p, [&got, i](TokenOutput&& t) {
+      if (t.token >= 0) got[i].tokens.push_back(t.token);
+      if (t.finish != FinishReason::kNone) {
+        got[i].finish = t.finish;
+        got[i].usage = t.usage;
+      }
+    });
+    ASSERT_EQ(r.status, SubmitStatus::kOk) << r.message;
+  }
+  for (int step = 1; e.step(); ++step)
+    if (step % 256 == 0) ASSERT_EQ(e.verify(), "") << "after step " << step;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].finish, FinishReason::kLength) << i;
+    EXPECT_EQ(got[i].usage.completion_tokens, max_tokens - static_cast<int32_t>(i) * 500) << i;
+    EXPECT_EQ(got[i].tokens.size(), static_cast<size_t>(got[i].usage.completion_tokens)) << i;
+  }
+  EXPECT_EQ(e.stats().pages_used, 0) << "every page returns to the pool";
+  EXPECT_EQ(e.verify(), "");
 }
 
 }  // namespace
