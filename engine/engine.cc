@@ -82,6 +82,11 @@ std::string Engine::validate(const GenerateParams& p) const {
   return p.sampling.validate(static_cast<int>(c.vocab_size));
 }
 
+// The most tokens a request can hold: its prompt and max_tokens, within the model's context.
+static int64_t reachable_tokens(const ModelConfig& c, int64_t n_prompt, int32_t max_tokens) {
+  return std::min<int64_t>(c.max_seq_len, n_prompt + max_tokens);
+}
+
 SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   if (std::string err = validate(params); !err.empty()) return {SubmitStatus::kInvalid, 0, err};
   auto r = std::make_unique<Live>();
@@ -91,8 +96,9 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   // Room for every token the request can reach (up to a bound: see kMaxReservedTokens), so the
   // engine thread seldom reallocates it.
   r->tokens.reserve(
-      std::min({model_.config.max_seq_len, StateAllocator::kMaxReservedTokens,
-                int64_t{params.max_tokens} + static_cast<int64_t>(params.prompt.size())}));
+      std::min(reachable_tokens(model_.config, static_cast<int64_t>(params.prompt.size()),
+                                params.max_tokens),
+               StateAllocator::kMaxReservedTokens));
   r->tokens.assign(params.prompt.begin(), params.prompt.end());
   r->n_prompt = r->total = static_cast<int32_t>(params.prompt.size());
   r->priority = params.priority;
@@ -244,8 +250,7 @@ void Engine::admit(int32_t budget) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
     Live& r = *waiting_.front();
     const int32_t total = static_cast<int32_t>(r.tokens.size());
-    const int64_t reserve_tokens =
-        std::min<int64_t>(model_.config.max_seq_len, int64_t{r.n_prompt} + r.p.max_tokens);
+    const int64_t reserve_tokens = reachable_tokens(model_.config, r.n_prompt, r.p.max_tokens);
     const int32_t first_chunk = chunk_end(r.fed, total, opts_.prefill_chunk) - r.fed;
     if (first_chunk > budget && !running_.empty()) return;
     budget -= first_chunk;

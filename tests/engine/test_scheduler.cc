@@ -212,12 +212,13 @@ TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
   EngineOptions o;
   o.cache_entries = 0;
   Engine e(model, std::make_unique<NullBackend>(c, int64_t{64} << 20), o);
-  const int32_t max_tokens = static_cast<int32_t>(StateAllocator::kMaxReservedTokens) + 1000;
-  std::vector<Outcome> got(2);
+  const int32_t longest = static_cast<int32_t>(StateAllocator::kMaxReservedTokens) + 1000;
+  const std::vector<int32_t> max_tokens = {longest, longest - 500};  // they end apart
+  std::vector<Outcome> got(max_tokens.size());
   for (size_t i = 0; i < got.size(); ++i) {
     GenerateParams p;
     p.prompt = {1, 2, 3};
-    p.max_tokens = max_tokens - static_cast<int32_t>(i) * 500;  // they end apart
+    p.max_tokens = max_tokens[i];
     p.ignore_eos = true;
     auto r = e.submit(p, [&got, i](TokenOutput&& t) {
       if (t.token >= 0) got[i].tokens.push_back(t.token);
@@ -232,7 +233,7 @@ TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
     if (step % 256 == 0) ASSERT_EQ(e.verify(), "") << "after step " << step;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].finish, FinishReason::kLength) << i;
-    EXPECT_EQ(got[i].usage.completion_tokens, max_tokens - static_cast<int32_t>(i) * 500) << i;
+    EXPECT_EQ(got[i].usage.completion_tokens, max_tokens[i]) << i;
     EXPECT_EQ(got[i].tokens.size(), static_cast<size_t>(got[i].usage.completion_tokens)) << i;
   }
   EXPECT_EQ(e.stats().pages_used, 0) << "every page returns to the pool";
