@@ -41,6 +41,9 @@ class Tokenizer {
   // What the model directory's tokenizer is, as /v1/models and ListModels report it:
   // "sentencepiece-bpe", "sentencepiece-unigram", "tokenizer.json-bpe", "gpt2-vocab-merges".
   virtual std::string kind() const = 0;
+  // The ids the tokenizer's own post-processor puts before one sequence (tokenizer.json's
+  // TemplateProcessing "single", e.g. Llama-3's <|begin_of_text|>); sentencepiece has none.
+  virtual std::vector<int32_t> template_prefix() const { return {}; }
   // The token on its own as OpenAI's logprobs show it: its text as it reads inside a sequence
   // (" of", with the leading space), and a byte that is not a character by itself as
   // "bytes:\\xe2". Precomputed, so streaming logprobs costs a lookup per token.
