@@ -374,7 +374,7 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   if (r.generated == 1) r.first_token = Clock::now();
   if (r.penalized) r.history.add_output(token);
   const ModelConfig& c = model_.config;
-  const bool eos = !r.ignore_eos && token == c.eos_id;
+  const bool eos = !r.ignore_eos && model_.is_stop(token);
   const bool stop_id =
       r.has_stop_ids && std::find(r.p.stop_token_ids.begin(), r.p.stop_token_ids.end(), token) !=
                             r.p.stop_token_ids.end();

@@ -38,6 +38,15 @@ int64_t get_int(const json& c, const char* key, const std::string& src, int64_t 
   throw ModelError(src + ": missing integer \"" + key + "\"");
 }
 
+// bos_token_id / eos_token_id: an id, a list of ids (the first is the model's; the rest reach the
+// stop tokens through generation_config.json), or absent/null.
+int64_t get_token_id(const json& c, const char* key, const std::string& src) {
+  if (!c.contains(key) || c[key].is_null()) return -1;
+  const json& v = c[key].is_array() && !c[key].empty() ? c[key][0] : c[key];
+  if (!v.is_number_integer()) throw ModelError(src + ": \"" + key + "\" must be a token id or a list of them");
+  return v.get<int64_t>();
+}
+
 std::vector<float> transpose(const std::vector<float>& v, int64_t rows, int64_t cols) {
   std::vector<float> t(v.size());
   for (int64_t r = 0; r < rows; ++r)
@@ -67,8 +76,8 @@ ModelConfig gpt2_config(const json& c, const std::string& src) {
   m.tie_embeddings = c.value("tie_word_embeddings", true);
   m.bias = true;
   m.head_bias = false;  // lm_head has no bias
-  m.bos_id = c.value("bos_token_id", -1);
-  m.eos_id = c.value("eos_token_id", -1);
+  m.bos_id = get_token_id(c, "bos_token_id", src);
+  m.eos_id = get_token_id(c, "eos_token_id", src);
   LayerConfig l;
   l.kind = MixerKind::kAttention;
   l.heads = get_int(c, "n_head", src);
@@ -93,8 +102,8 @@ ModelConfig rwkv_config(const json& c, const std::string& src) {
   m.head_bias = false;
   m.tie_embeddings = c.value("tie_word_embeddings", false);
   m.norm_eps = c.value("layer_norm_epsilon", 1e-5f);
-  m.bos_id = c.value("bos_token_id", -1);
-  m.eos_id = c.value("eos_token_id", -1);
+  m.bos_id = get_token_id(c, "bos_token_id", src);
+  m.eos_id = get_token_id(c, "eos_token_id", src);
   // rescale_every only rescales weights and activations by powers of two in HF's fp16 inference
   // path; the final layer norm cancels it, so the plain form computes the same logits.
   LayerConfig l;

@@ -27,13 +27,28 @@ LoadedModel load_model_dir(const std::string& dir) {
     m.weights = std::make_unique<ModelWeights>(
         m.config, std::make_unique<SafetensorsFile>((p / "model.safetensors").string()));
   }
-  if (fs::exists(p / "tokenizer.model")) {
-    m.tokenizer = Tokenizer::load((p / "tokenizer.model").string());
-    if (m.tokenizer->vocab_size() > m.config.vocab_size)
-      throw ModelError(dir + ": tokenizer.model has " + std::to_string(m.tokenizer->vocab_size()) +
-                       " pieces but config.json's vocab_size is " + std::to_string(m.config.vocab_size));
+  TokenizerSetup t = load_tokenizer_dir(dir);
+  if (m.config.eos_id >= 0) m.stop_ids.push_back(static_cast<int32_t>(m.config.eos_id));
+  if (t.tokenizer) {
+    if (t.tokenizer->vocab_size() > m.config.vocab_size)
+      throw ModelError((p / t.files).string() + ": the tokenizer has " + std::to_string(t.tokenizer->vocab_size()) +
+                       " tokens but config.json's vocab_size is " + std::to_string(m.config.vocab_size));
+    m.tokenizer = std::move(t.tokenizer);
+    m.tokenizer_files = t.files;
+    m.prompt_prefix = std::move(t.prompt_prefix);
+    for (int32_t id : t.stop_ids)
+      if (!m.is_stop(id)) m.stop_ids.push_back(id);
+    if (m.config.eos_id < 0) m.config.eos_id = t.eos_id;
+    if (m.config.bos_id < 0) m.config.bos_id = t.bos_id;
   }
   return m;
+}
+
+std::vector<int32_t> LoadedModel::encode_prompt(const std::string& text) const {
+  std::vector<int32_t> ids = prompt_prefix;
+  const std::vector<int32_t> body = tokenizer->encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
 }
 
 }  // namespace mixserve

@@ -1,4 +1,4 @@
-// A model directory (config.json + model.safetensors + tokenizer.model) loaded and validated.
+// A model directory (config.json + model.safetensors + a tokenizer) loaded and validated.
 #pragma once
 
 #include <memory>
@@ -7,16 +7,31 @@
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "engine/tokenizer.h"
+#include "engine/tokenizer_dir.h"
 
 namespace mixserve {
 
 struct LoadedModel {
-  std::string id;   // the directory's name
+  std::string id;   // the directory's name, or --served-model-name
   std::string dir;
   std::string format = "mixserve";  // or "gpt2" / "rwkv" for imported Hugging Face checkpoints
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;
-  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer.model
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer
+  std::string tokenizer_files;           // "tokenizer.json", "tokenizer.model", ...
+  std::vector<int32_t> prompt_prefix;    // ids every text prompt starts with (BOS)
+  // Tokens that end a generation unless a request ignores EOS: config.json's eos_token_id, the
+  // tokenizer's eos_token and generation_config.json's eos_token_id list.
+  std::vector<int32_t> stop_ids;
+
+  bool is_stop(int32_t token) const {
+    for (int32_t id : stop_ids)
+      if (id == token) return true;
+    return false;
+  }
+  // A text prompt's ids as the model expects them (the tokenizer's ids after prompt_prefix).
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
+  std::string tokenizer_kind() const { return tokenizer ? tokenizer->kind() : "none"; }
 };
 
 // Loads our format (docs/model-format.md) or a Hugging Face GPT-2 / RWKV-4 directory

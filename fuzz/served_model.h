@@ -51,7 +51,7 @@ inline void check_validated(const ApiRequest& req, const GenerateParams& p) {
   FUZZ_CHECK(served.engine->validate(p).empty());
   if (req.prompt_text) {
     FUZZ_CHECK(is_utf8(*req.prompt_text));
-    FUZZ_CHECK(p.prompt == served.model.tokenizer->encode(*req.prompt_text));
+    FUZZ_CHECK(p.prompt == served.model.encode_prompt(*req.prompt_text));
   } else {
     FUZZ_CHECK(req.prompt_ids && p.prompt == *req.prompt_ids);
   }

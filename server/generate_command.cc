@@ -29,9 +29,9 @@ int generate_command(int argc, char** argv) {
   try {
     GenerateParams p = sampling_from_flags(a);
     LoadedModel model = load_model_dir(a.str("model"));
-    if (!model.tokenizer) throw std::invalid_argument(a.str("model") + " has no tokenizer.model");
+    if (!model.tokenizer) throw std::invalid_argument(a.str("model") + " has no tokenizer");
     if (a.str("prompt").empty()) throw std::invalid_argument("--prompt is required");
-    p.prompt = model.tokenizer->encode(a.str("prompt"));
+    p.prompt = model.encode_prompt(a.str("prompt"));
     Engine engine(model, make_backend(model, {a.str("backend"), 0, 0, static_cast<int>(a.integer("threads"))}));
     std::promise<TokenOutput> last;
     SubmitResult r = engine.submit(p, [&](TokenOutput&& out) {

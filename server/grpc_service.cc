@@ -151,7 +151,7 @@ grpc::Status TextGenerationService::tokenize(const v1::TokenizeRequest& req, v1:
   if (!valid_utf8(req.text())) return {grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"};
   if (static_cast<int64_t>(req.text().size()) > hub_.limits.max_prompt_chars)
     return {grpc::StatusCode::INVALID_ARGUMENT, "text is longer than the prompt limit"};
-  for (int32_t id : m->model.tokenizer->encode(req.text())) {
+  for (int32_t id : m->model.encode_prompt(req.text())) {
     res.add_token_ids(id);
     res.add_pieces(m->model.tokenizer->id_to_piece(id));
   }
@@ -181,6 +181,7 @@ grpc::ServerUnaryReactor* TextGenerationService::ListModels(grpc::CallbackServer
     info->set_vocab_size(static_cast<uint32_t>(m->model.config.vocab_size));
     info->set_backend(m->backend);
     info->set_format(m->model.format);
+    info->set_tokenizer(m->model.tokenizer_kind());
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

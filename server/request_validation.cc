@@ -46,9 +46,9 @@ std::optional<ApiError> validate_request(const ApiRequest& req, const ServedMode
                  "prompt");
     if (!valid_utf8(text)) return bad("prompt is not valid UTF-8", "prompt");
     if (!served.model.tokenizer)
-      return bad("model \"" + served.model.id + "\" has no tokenizer.model; send token ids instead",
+      return bad("model \"" + served.model.id + "\" has no tokenizer; send token ids instead",
                  "prompt");
-    p.prompt = served.model.tokenizer->encode(text);
+    p.prompt = served.model.encode_prompt(text);
   } else {
     p.prompt = *req.prompt_ids;
     if (p.prompt.empty()) return bad("prompt token ids are empty", "prompt");

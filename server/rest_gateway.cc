@@ -109,7 +109,8 @@ void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
     data.push_back({{"id", m->model.id}, {"object", "model"}, {"created", 0}, {"owned_by", "mixserve"},
                     {"max_model_len", m->model.config.max_seq_len}, {"vocab_size", m->model.config.vocab_size},
                     {"mixers", m->mixers},
-                    {"backend", m->backend}, {"format", m->model.format}});
+                    {"backend", m->backend}, {"format", m->model.format},
+                    {"tokenizer", m->model.tokenizer_kind()}, {"root", m->model.dir}});
   reply(ex, "/v1/models", 200, "application/json", dump(json{{"object", "list"}, {"data", data}}));
 }
 

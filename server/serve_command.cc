@@ -31,6 +31,9 @@ std::string read_text(const std::string& path) {
 int serve_command(int argc, char** argv) {
   CliArgs a("mixserve serve", "Serves models over gRPC (mixserve.v1.TextGeneration) and an OpenAI-compatible REST API.");
   a.flag("model", "", "model directory; repeat for several models (model id = directory name)", true);
+  a.flag("served-model-name", "",
+         "the id clients use for a model instead of its directory's name; repeat once per --model, in order",
+         true);
   a.flag("host", "127.0.0.1", "address to bind both ports to");
   a.flag("grpc-port", "50051", "gRPC port (0: any free port)");
   a.flag("http-port", "8000", "REST port (0: any free port)");
@@ -110,9 +113,18 @@ int serve_command(int argc, char** argv) {
     ApiKeys api_keys(keys);
     std::vector<std::string> dirs = a.all("model");
     if (dirs.empty()) dirs.push_back("models/default");
-    for (const std::string& dir : dirs) {
+    const std::vector<std::string> names = a.all("served-model-name");
+    if (!names.empty() && names.size() != dirs.size())
+      throw std::invalid_argument("--served-model-name is given " + std::to_string(names.size()) +
+                                  " times for " + std::to_string(dirs.size()) + " models; give one per --model");
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      const std::string& dir = dirs[i];
       auto served = std::make_unique<ServedModel>();
       served->model = load_model_dir(dir);
+      if (!names.empty()) {
+        if (names[i].empty()) throw std::invalid_argument("--served-model-name must not be empty");
+        served->model.id = names[i];
+      }
       if (hub.find(served->model.id) && !hub.models().empty() && hub.find(served->model.id)->model.id == served->model.id)
         throw std::invalid_argument("two models have the id \"" + served->model.id + "\"");
       for (const auto& l : served->model.config.layers) served->mixers.push_back(mixer_kind_name(l.kind));
@@ -129,7 +141,8 @@ int serve_command(int argc, char** argv) {
       served->backend = backend->name();
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);
       served->engine->start();
-      std::cout << "model " << served->model.id << " (" << served->model.format << ", " << served->backend << "): "
+      std::cout << "model " << served->model.id << " (" << served->model.format << ", " << served->backend
+                << ", tokenizer " << served->model.tokenizer_kind() << "): "
                 << served->model.config.n_layers << " layers, context " << served->model.config.max_seq_len << std::endl;
       hub.add(std::move(served));
     }

@@ -1,0 +1,176 @@
+// How a model directory's tokenizer is chosen and configured (engine/tokenizer_dir.h): the file by
+// what the directory holds, bos/eos/pad/add_bos_token and stop tokens from the JSON files beside it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "engine/model_error.h"
+#include "engine/tokenizer_dir.h"
+
+namespace mixserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TokenizerDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("mixserve_tokdir_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  void copy_kjv_model() {
+    fs::copy_file(fs::path(MIXSERVE_SOURCE_DIR) / "models" / "tokenizer.model", dir_ / "tokenizer.model");
+  }
+  // A tiny byte-level BPE tokenizer.json: the 256 byte symbols, one merge ("h" "i"), two added tokens.
+  void write_tiny_tokenizer_json(bool with_bos_template) {
+    std::string vocab;
+    // GPT-2's byte-to-symbol map: printable Latin-1 bytes stand for themselves, the rest are
+    // shifted to U+0100 and up.
+    int next = 256;
+    std::vector<std::string> symbols(256);
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      const int cp = printable ? b : next++;
+      std::string u;
+      if (cp < 0x80) u = std::string(1, static_cast<char>(cp));
+      else {
+        u += static_cast<char>(0xC0 | (cp >> 6));
+        u += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+      symbols[b] = u;
+    }
+    for (int b = 0; b < 256; ++b) {
+      std::string esc = symbols[b] == "\"" ? "\\\"" : symbols[b] == "\\" ? "\\\\" : symbols[b];
+      vocab += "\"" + esc + "\": " + std::to_string(b) + ", ";
+    }
+    vocab += "\"hi\": 256";
+    const std::string post =
+        with_bos_template
+            ? R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|bos|>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<|bos|>":
+                 {"id": "<|bos|>", "ids": [257], "tokens": ["<|bos|>"]}}})"
+            : "null";
+    write("tokenizer.json", R"({"version": "1.0", "truncation": null, "padding": null,
+      "added_tokens": [
+        {"id": 257, "content": "<|bos|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+        {"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+      "normalizer": null,
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+      "post_processor": )" + post + R"(,
+      "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+      "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                "vocab": {)" + vocab + R"(}, "merges": ["h i"]}})");
+  }
+  std::string expect_error(const std::string& needle) {
+    try {
+      load_tokenizer_dir(dir_.string());
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "no error; expected one with \"" << needle << "\"";
+    return "";
+  }
+  fs::path dir_;
+};
+
+TEST_F(TokenizerDir, NoTokenizerFilesMeansNoTokenizer) {
+  EXPECT_EQ(load_tokenizer_dir(dir_.string()).tokenizer, nullptr);
+}
+
+TEST_F(TokenizerDir, SentencepieceAloneUsesItsOwnSpecialPieces) {
+  copy_kjv_model();
+  TokenizerSetup s = load_tokenizer_dir(dir_.string());
+  ASSERT_NE(s.tokenizer, nullptr);
+  EXPECT_EQ(s.files, "tokenizer.model");
+  EXPECT_EQ(s.tokenizer->kind(), "sentencepiece-bpe");
+  EXPECT_EQ(s.bos_id, 1);
+  EXPECT_EQ(s.eos_id, 2);
+  EXPECT_FALSE(s.add_bos);
+  EXPECT_TRUE(s.prompt_prefix.empty());
+  EXPECT_EQ(s.stop_ids, std::vector<int32_t>{2});
+}
+
+TEST_F(TokenizerDir, TokenizerConfigAddsBosAndNamesTokens) {
+  copy_kjv_model();
+  write("tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "<s>",
+      "eos_token": {"__type": "AddedToken", "content": "</s>"}, "pad_token": "<unk>"})");
+  TokenizerSetup s = load_tokenizer_dir(dir_.string());
+  EXPECT_TRUE(s.add_bos);
+  EXPECT_EQ(s.prompt_prefix, std::vector<int32_t>{1});
+  EXPECT_EQ(s.eos_id, 2);
+  EXPECT_EQ(s.pad_id, 0);
+}
+
+TEST_F(TokenizerDir, SpecialTokensMapOverridesTokenizerConfigAsTransformersDoes) {
+  copy_kjv_model();
+  write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  write("special_tokens_map.json", R"({"eos_token": "<s>"})");
+  EXPECT_EQ(load_tokenizer_dir(dir_.string()).eos_id, 1);
+}
+
+TEST_F(TokenizerDir, GenerationConfigAddsStopTokens) {
+  copy_kjv_model();
+  write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [2, 7, 2], "pad_token_id": 0})");
+  TokenizerSetup s = load_tokenizer_dir(dir_.string());
+  EXPECT_EQ(s.stop_ids, (std::vector<int32_t>{2, 7}));
+  EXPECT_EQ(s.pad_id, 0);
+}
+
+TEST_F(TokenizerDir, BadConfigurationIsOneLineNamingTheFile) {
+  copy_kjv_model();
+  write("tokenizer_config.json", R"({"eos_token": "<nope>"})");
+  expect_error("tokenizer_config.json: eos_token \"<nope>\" is not a token of tokenizer.model");
+  write("tokenizer_config.json", R"({"add_bos_token": "yes"})");
+  expect_error("tokenizer_config.json: add_bos_token must be true or false");
+  write("tokenizer_config.json", R"({"eos_token": 5})");
+  expect_error("tokenizer_config.json: eos_token must be a string");
+  write("tokenizer_config.json", "{not json");
+  expect_error("tokenizer_config.json: not valid JSON");
+  fs::remove(dir_ / "tokenizer_config.json");
+  write("generation_config.json", R"({"eos_token_id": [2, 99999]})");
+  expect_error("generation_config.json: eos_token_id 99999 is outside the tokenizer's vocabulary [0, 5000)");
+  write("generation_config.json", R"({"eos_token_id": "2"})");
+  expect_error("generation_config.json: eos_token_id must be a token id");
+}
+
+TEST_F(TokenizerDir, VocabJsonWithoutMergesIsRefused) {
+  write("vocab.json", R"({"a": 0})");
+  expect_error("vocab.json: found without merges.txt");
+}
+
+TEST_F(TokenizerDir, TokenizerJsonComesFirstAndBringsItsTemplate) {
+  copy_kjv_model();  // present, but tokenizer.json wins
+  write_tiny_tokenizer_json(/*with_bos_template=*/true);
+  TokenizerSetup s = load_tokenizer_dir(dir_.string());
+  ASSERT_NE(s.tokenizer, nullptr);
+  EXPECT_EQ(s.files, "tokenizer.json");
+  EXPECT_EQ(s.tokenizer->kind(), "tokenizer.json-bpe");
+  EXPECT_EQ(s.prompt_prefix, std::vector<int32_t>{257});
+  EXPECT_EQ(s.tokenizer->encode("hi!"), (std::vector<int32_t>{256, '!'}));
+  // add_bos_token false in tokenizer_config.json turns the template's BOS off, as transformers does.
+  write("tokenizer_config.json", R"({"add_bos_token": false, "bos_token": "<|bos|>", "eos_token": "<|end|>"})");
+  s = load_tokenizer_dir(dir_.string());
+  EXPECT_TRUE(s.prompt_prefix.empty());
+  EXPECT_EQ(s.eos_id, 258);
+  EXPECT_EQ(s.stop_ids, std::vector<int32_t>{258});
+}
+
+TEST_F(TokenizerDir, MalformedTokenizerJsonIsAnErrorNotAFallback) {
+  copy_kjv_model();
+  write("tokenizer.json", "{\"model\": ");
+  expect_error("tokenizer.json");
+}
+
+}  // namespace
+}  // namespace mixserve
