@@ -1,9 +1,13 @@
 // The KJV tokenizer (models/tokenizer.model) and the streaming detokenizer.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <random>
 #include <stdexcept>
 
 #include "engine/tokenizer.h"
+#include "engine/tokenizer/hf_tokenizer.h"
+#include "tests/support/tiny_tokenizers.h"
 
 namespace mixserve {
 namespace {
@@ -190,6 +194,31 @@ TEST(IncrementalDetokenizer, KeepsTheLeadingSpaceAfterAFlush) {
   streamed += detok.flush();
   for (size_t i = 1; i < ids.size(); ++i) streamed += detok.push(ids[i]);
   EXPECT_EQ(streamed, "And God said");
+}
+
+// Byte-level BPE: a token may end anywhere inside a UTF-8 character, and bytes may never form one.
+TEST(IncrementalDetokenizer, StreamsByteLevelTokensExactly) {
+  const std::string path = ::testing::TempDir() + "/tiny_tokenizer.json";
+  std::ofstream(path) << tiny_byte_level_tokenizer_json(false);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer_json(path);
+  for (const std::string text : {"naïve café — 東京 😀👨‍👩‍👧", "hi there\n\thi", "a\xF0\x9F\x98\x80b"}) {
+    const std::vector<int32_t> ids = tok->encode(text);
+    EXPECT_EQ(tok->decode(ids), text);
+    for (size_t split = 0; split <= ids.size(); ++split) {
+      const std::vector<int32_t> context(ids.begin(), ids.begin() + split);
+      const std::string base = tok->decode(context);
+      if (base.size() >= 3 && base.compare(base.size() - 3, 3, "\xEF\xBF\xBD") == 0) continue;
+      expect_streams_exactly(*tok, context, std::vector<int32_t>(ids.begin() + split, ids.end()),
+                             text + " split at " + std::to_string(split));
+    }
+  }
+  // Random bytes (mostly invalid UTF-8) and the special tokens, which decode skips.
+  std::mt19937 rng(7);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back(static_cast<int32_t>(rng() % 259));
+    expect_streams_exactly(*tok, {'a'}, ids, "random bytes, round " + std::to_string(round));
+  }
 }
 
 TEST(Tokenizer, MissingFileIsAClearError) {
