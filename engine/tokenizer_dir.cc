@@ -32,7 +32,7 @@ json read_json(const fs::path& path) {
 
 // A token's name quoted for a one-line message: JSON escapes control characters, and bytes that
 // are not UTF-8 become U+FFFD.
-std::string quoted(const std::string& name) {
+std::string quote_token(const std::string& name) {
   return json(name).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -109,7 +109,7 @@ TokenizerSetup load_tokenizer_dir(const std::string& dir) {
     if (!name) return fallback;
     const int32_t id = tok.piece_to_id(*name);
     if (id < 0)
-      throw ModelError(from.string() + ": " + key + " " + quoted(*name) + " is not a token of " + s.files);
+      throw ModelError(from.string() + ": " + key + " " + quote_token(*name) + " is not a token of " + s.files);
     return id;
   };
   // generation_config.json's ids come first where tokenizer files name no token, as in vLLM.

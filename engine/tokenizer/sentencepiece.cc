@@ -1,21 +1,27 @@
-// A sentencepiece BPE tokenizer written from the model file: mixserve does not link
+// sentencepiece tokenizers (BPE and unigram) written from the model file: mixserve does not link
 // libsentencepiece. Debian's libsentencepiece carries its own copy of protobuf 3.14 and exports
 // its symbols; in a process that also loads libprotobuf 3.21 (every gRPC server) the two collide
 // at start-up and the process dies (see docs/tokenizer.md). The model file is a small protobuf
-// that we read field by field; encoding is sentencepiece's BPE (highest-scoring adjacent pair
-// merged first, ties to the left), with byte fallback; decoding follows sentencepiece's rules.
-// tests/engine/test_tokenizer.cc checks both against the Python sentencepiece on fixtures.
+// that we read field by field. Text is normalized as the model says (sp_normalizer.h), then
+// encoded by sentencepiece's BPE (highest-scoring adjacent pair merged first, ties to the left)
+// or unigram (Viterbi over the pieces' scores), with byte fallback; decoding follows
+// sentencepiece's rules. tests/tokenizer checks both against the Python library under every
+// normalization rule, model type and whitespace option; tests/engine/test_tokenizer.cc on fixtures.
 #include "engine/tokenizer/sentencepiece.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "engine/model_error.h"
+#include "engine/tokenizer/sp_normalizer.h"
+#include "engine/tokenizer/sp_piece_trie.h"
 
 namespace mixserve {
 
@@ -26,7 +32,9 @@ struct Wire {
   const uint8_t* p;
   const uint8_t* end;
   const std::string& file;
-  [[noreturn]] void bad() const { throw ModelError(file + ": not a sentencepiece model (malformed protobuf)"); }
+  [[noreturn]] void bad() const {
+    throw ModelError(file + ": not a sentencepiece model (malformed protobuf)");
+  }
   bool done() const { return p >= end; }
   uint64_t varint() {
     uint64_t v = 0;
@@ -58,30 +66,56 @@ struct Wire {
   }
   void skip(int wire_type) {
     switch (wire_type) {
-      case 0: varint(); break;
-      case 1: if (end - p < 8) bad(); p += 8; break;
-      case 2: sub(); break;
-      case 5: if (end - p < 4) bad(); p += 4; break;
-      default: bad();
+      case 0:
+        varint();
+        break;
+      case 1:
+        if (end - p < 8) bad();
+        p += 8;
+        break;
+      case 2:
+        sub();
+        break;
+      case 5:
+        if (end - p < 4) bad();
+        p += 4;
+        break;
+      default:
+        bad();
     }
   }
 };
 
-enum PieceType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum PieceType {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 const std::string kSpace = "\xE2\x96\x81";  // ▁ U+2581, sentencepiece's whitespace symbol
+enum ModelType { kUnigram = 1, kBpe = 2 };
 
-class SentencePieceBpe : public Tokenizer {
+struct StringHash {  // lets the word cache be searched by string_view
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+class SentencePieceModel : public Tokenizer {
  public:
-  explicit SentencePieceBpe(const std::string& path) {
+  explicit SentencePieceModel(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw ModelError(path + ": cannot open tokenizer");
     std::stringstream ss;
     ss << f.rdbuf();
     const std::string data = ss.str();
-    Wire w{reinterpret_cast<const uint8_t*>(data.data()), reinterpret_cast<const uint8_t*>(data.data()) + data.size(), path};
-    int model_type = 1;  // UNIGRAM unless said otherwise
-    std::string normalizer = "nmt_nfkc", charsmap;
+    Wire w{reinterpret_cast<const uint8_t*>(data.data()),
+           reinterpret_cast<const uint8_t*>(data.data()) + data.size(), path};
+    int model_type = kUnigram;  // unless the TrainerSpec says otherwise
+    std::string normalizer = "nmt_nfkc";
+    SpNormalizerSpec norm_spec;
     while (!w.done()) {
       const uint64_t key = w.varint();
       const int field = static_cast<int>(key >> 3), type = static_cast<int>(key & 7);
@@ -92,10 +126,14 @@ class SentencePieceBpe : public Tokenizer {
         int ptype = kNormal;
         while (!pw.done()) {
           const uint64_t k = pw.varint();
-          if ((k >> 3) == 1 && (k & 7) == 2) piece = pw.bytes();
-          else if ((k >> 3) == 2 && (k & 7) == 5) score = pw.fixed32();
-          else if ((k >> 3) == 3 && (k & 7) == 0) ptype = static_cast<int>(pw.varint());
-          else pw.skip(static_cast<int>(k & 7));
+          if ((k >> 3) == 1 && (k & 7) == 2)
+            piece = pw.bytes();
+          else if ((k >> 3) == 2 && (k & 7) == 5)
+            score = pw.fixed32();
+          else if ((k >> 3) == 3 && (k & 7) == 0)
+            ptype = static_cast<int>(pw.varint());
+          else
+            pw.skip(static_cast<int>(k & 7));
         }
         add_piece(piece, score, ptype);
       } else if (field == 2 && type == 2) {  // TrainerSpec
@@ -103,41 +141,101 @@ class SentencePieceBpe : public Tokenizer {
         while (!tw.done()) {
           const uint64_t k = tw.varint();
           const int f2 = static_cast<int>(k >> 3);
-          if ((k & 7) != 0) { tw.skip(static_cast<int>(k & 7)); continue; }
+          if ((k & 7) != 0) {
+            tw.skip(static_cast<int>(k & 7));
+            continue;
+          }
           const int64_t v = static_cast<int64_t>(tw.varint());
-          if (f2 == 3) model_type = static_cast<int>(v);
-          else if (f2 == 35) byte_fallback_ = v != 0;
-          else if (f2 == 24) suffix_space_ = v != 0;
+          if (f2 == 3)
+            model_type = static_cast<int>(v);
+          else if (f2 == 35)
+            byte_fallback_ = v != 0;
+          else if (f2 == 24)
+            norm_spec.treat_whitespace_as_suffix = v != 0;
         }
       } else if (field == 3 && type == 2) {  // NormalizerSpec
         Wire nw = w.sub();
         while (!nw.done()) {
           const uint64_t k = nw.varint();
           const int f2 = static_cast<int>(k >> 3);
-          if (f2 == 1 && (k & 7) == 2) normalizer = nw.bytes();
-          else if (f2 == 2 && (k & 7) == 2) charsmap = nw.bytes();
-          else if (f2 == 3 && (k & 7) == 0) dummy_prefix_ = nw.varint() != 0;
-          else if (f2 == 4 && (k & 7) == 0) trim_spaces_ = nw.varint() != 0;
-          else if (f2 == 5 && (k & 7) == 0) escape_spaces_ = nw.varint() != 0;
-          else nw.skip(static_cast<int>(k & 7));
+          if (f2 == 1 && (k & 7) == 2)
+            normalizer = nw.bytes();
+          else if (f2 == 2 && (k & 7) == 2)
+            norm_spec.charsmap = nw.bytes();
+          else if (f2 == 3 && (k & 7) == 0)
+            norm_spec.add_dummy_prefix = nw.varint() != 0;
+          else if (f2 == 4 && (k & 7) == 0)
+            norm_spec.remove_extra_whitespaces = nw.varint() != 0;
+          else if (f2 == 5 && (k & 7) == 0)
+            norm_spec.escape_whitespaces = nw.varint() != 0;
+          else
+            nw.skip(static_cast<int>(k & 7));
         }
       } else {
         w.skip(type);
       }
     }
     if (pieces_.empty()) throw ModelError(path + ": a sentencepiece model without pieces");
-    index_pieces();
-    if (model_type != 2)
-      throw ModelError(path + ": only BPE sentencepiece models are supported (this one is " +
-                       (model_type == 1 ? "unigram" : "type " + std::to_string(model_type)) + ")");
-    if (!charsmap.empty() || (normalizer != "identity" && !normalizer.empty()))
-      throw ModelError(path + ": normalization \"" + normalizer + "\" is not supported; train the tokenizer with "
-                       "normalization_rule_name=identity");
-    if (suffix_space_) throw ModelError(path + ": treat_whitespace_as_suffix is not supported");
+    if (model_type != kUnigram && model_type != kBpe)
+      throw ModelError(path + ": sentencepiece model type " +
+                       (model_type == 3   ? std::string("word")
+                        : model_type == 4 ? "char"
+                                          : std::to_string(model_type)) +
+                       " is not supported (unigram and bpe are)");
+    model_type_ = model_type;
+    dummy_prefix_ = norm_spec.add_dummy_prefix;
+    trim_spaces_ = norm_spec.remove_extra_whitespaces;
+    suffix_space_ = norm_spec.treat_whitespace_as_suffix;
+    index_pieces(path);
+    try {
+      normalizer_ = std::make_unique<SpNormalizer>(std::move(norm_spec), user_defined_);
+    } catch (const std::invalid_argument& e) {
+      throw ModelError(path + ": " + e.what());
+    }
+    normalizer_name_ = normalizer;
   }
 
-  std::vector<int32_t> encode(const std::string& text) const override {
-    const std::string norm = normalize(text);
+  // sentencepiece's BPE: (piece, id) in order; unknown pieces carry unk_id_.
+  // BPE of the whole normalized text. When no piece holds ▁ anywhere but at its start (at its end
+  // for a suffix model), no merge crosses a word boundary, so each word is encoded alone and
+  // remembered: the KJV's 4.4 MB has ~13,000 distinct words.
+  void encode_bpe(const std::string& norm,
+                  std::vector<std::pair<std::string_view, int32_t>>& out) const {
+    if (!words_independent_) return encode_bpe_span(norm, out);
+    std::string_view rest = norm;
+    std::vector<std::pair<std::string_view, int32_t>> word_pieces;
+    while (!rest.empty()) {
+      // The word: up to the next ▁ after its first character (prefix model), or through the next ▁.
+      size_t end = suffix_space_ ? rest.find(kSpace) : rest.find(kSpace, 1);
+      end = end == std::string_view::npos ? rest.size() : suffix_space_ ? end + kSpace.size() : end;
+      const std::string_view word = rest.substr(0, end);
+      rest.remove_prefix(end);
+      {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        if (auto it = word_cache_.find(word); it != word_cache_.end()) {
+          size_t at = 0;
+          for (const auto& [len, id] : it->second) {
+            out.push_back({word.substr(at, len), id});
+            at += len;
+          }
+          continue;
+        }
+      }
+      word_pieces.clear();
+      encode_bpe_span(word, word_pieces);
+      std::vector<std::pair<uint32_t, int32_t>> entry;
+      for (const auto& [piece, id] : word_pieces) {
+        out.push_back({piece, id});
+        entry.push_back({static_cast<uint32_t>(piece.size()), id});
+      }
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      if (word_cache_.size() >= kWordCacheSize) word_cache_.clear();
+      word_cache_.emplace(std::string(word), std::move(entry));
+    }
+  }
+
+  void encode_bpe_span(std::string_view norm,
+                       std::vector<std::pair<std::string_view, int32_t>>& out) const {
     // Symbols: one UTF-8 character each (user-defined pieces stay whole), linked left to right.
     struct Symbol {
       int prev, next;
@@ -166,7 +264,7 @@ class SentencePieceBpe : public Tokenizer {
     std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> agenda(worse);
     auto consider = [&](int l, int r) {
       if (l < 0 || r < 0 || sym[l].frozen || sym[r].frozen) return;
-      auto it = mergeable_.find(std::string_view(norm).substr(sym[l].begin, sym[l].len + sym[r].len));
+      auto it = mergeable_.find(norm.substr(sym[l].begin, sym[l].len + sym[r].len));
       if (it != mergeable_.end()) agenda.push({l, r, scores_[it->second], sym[l].len + sym[r].len});
     };
     for (size_t i = 1; i < sym.size(); ++i) consider(static_cast<int>(i) - 1, static_cast<int>(i));
@@ -182,22 +280,85 @@ class SentencePieceBpe : public Tokenizer {
       consider(l.prev, top.left);
       consider(top.left, l.next);
     }
-    std::vector<int32_t> ids;
     for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) {
-      const std::string_view piece = std::string_view(norm).substr(sym[i].begin, sym[i].len);
-      const int32_t id = piece_id(piece);
-      if (id != unk_id_ || !byte_fallback_) {
-        ids.push_back(id);
+      const std::string_view piece = norm.substr(sym[i].begin, sym[i].len);
+      out.push_back({piece, piece_id(piece)});
+    }
+  }
+
+  // sentencepiece's unigram (EncodeOptimized): the best-scoring segmentation by Viterbi over
+  // the pieces, a character no piece starts with costing the lowest score minus 10 as unknown.
+  void encode_unigram(const std::string& norm,
+                      std::vector<std::pair<std::string_view, int32_t>>& out) const {
+    struct Best {
+      int32_t id = -1;
+      float score = 0;
+      int64_t starts_at = -1;
+    };
+    const size_t size = norm.size();
+    std::vector<Best> best(size + 1);
+    const float unk_score = min_score_ - 10.0f;
+    for (size_t start = 0; start < size;) {
+      const float here = best[start].score;
+      const size_t char_len =
+          std::min(utf8_len(static_cast<unsigned char>(norm[start])), size - start);
+      bool has_single = false;
+      trie_.prefixes(std::string_view(norm).substr(start), [&](size_t length, int32_t id) {
+        if (types_[id] == kUnused) return;
+        Best& target = best[start + length];
+        const float score =
+            (types_[id] == kUserDefined ? static_cast<float>(length) * max_score_ - 0.1f
+                                        : scores_[id]) +
+            here;
+        if (target.starts_at == -1 || score > target.score)
+          target = {id, score, static_cast<int64_t>(start)};
+        if (length == char_len) has_single = true;
+      });
+      if (!has_single) {
+        Best& target = best[start + char_len];
+        const float score = unk_score + here;
+        if (target.starts_at == -1 || score > target.score)
+          target = {unk_id_, score, static_cast<int64_t>(start)};
+      }
+      start += char_len;
+    }
+    const size_t first = out.size();
+    for (size_t end = size; end > 0;) {
+      const Best& b = best[end];
+      out.push_back({std::string_view(norm).substr(b.starts_at, end - b.starts_at), b.id});
+      end = static_cast<size_t>(b.starts_at);
+    }
+    std::reverse(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  }
+
+  std::vector<int32_t> encode(const std::string& text) const override {
+    const std::string norm = normalizer_->normalize(text);
+    std::vector<std::pair<std::string_view, int32_t>> pieces;
+    if (model_type_ == kBpe)
+      encode_bpe(norm, pieces);
+    else
+      encode_unigram(norm, pieces);
+    // As SentencePieceProcessor::Encode: an unknown piece becomes its bytes with byte fallback,
+    // and a run of unknown pieces is one unknown token without it.
+    std::vector<int32_t> ids;
+    ids.reserve(pieces.size());
+    bool prev_unk = false;
+    for (const auto& [piece, id] : pieces) {
+      const bool unk = id == unk_id_;
+      if (unk && byte_fallback_) {
+        for (unsigned char c : piece) ids.push_back(byte_ids_[c] >= 0 ? byte_ids_[c] : unk_id_);
+        prev_unk = false;
         continue;
       }
-      for (unsigned char c : piece) ids.push_back(byte_ids_[c] >= 0 ? byte_ids_[c] : unk_id_);
+      if (!(unk && prev_unk)) ids.push_back(id);
+      prev_unk = unk;
     }
     return ids;
   }
 
   std::string decode(const int32_t* ids, size_t n) const override {
     std::string out, bytes;
-    bool first = true;  // the first text piece loses its dummy-prefix space
+    bool first = true;        // the first text piece loses its dummy-prefix space
     auto flush_bytes = [&] {  // byte pieces form UTF-8; each byte of a broken sequence → U+FFFD
       for (size_t i = 0; i < bytes.size();) {
         const size_t len = utf8_len(static_cast<unsigned char>(bytes[i]));
@@ -229,12 +390,16 @@ class SentencePieceBpe : public Tokenizer {
         continue;
       }
       std::string piece = pieces_[ids[i]];
-      if (first && dummy_prefix_ && piece.compare(0, kSpace.size(), kSpace) == 0) piece.erase(0, kSpace.size());
+      if (first && !suffix_space_ && (dummy_prefix_ || trim_spaces_) &&
+          piece.compare(0, kSpace.size(), kSpace) == 0)
+        piece.erase(0, kSpace.size());
       first = false;
-      for (size_t at; (at = piece.find(kSpace)) != std::string::npos;) piece.replace(at, kSpace.size(), " ");
+      for (size_t at; (at = piece.find(kSpace)) != std::string::npos;)
+        piece.replace(at, kSpace.size(), " ");
       out += piece;
     }
     flush_bytes();
+    // With the dummy space as a suffix, sentencepiece 0.1.97 keeps it: "tabs and tabs ".
     return out;
   }
 
@@ -248,7 +413,9 @@ class SentencePieceBpe : public Tokenizer {
     check(id);
     return types_[id] == kControl;
   }
-  std::string kind() const override { return "sentencepiece-bpe"; }
+  std::string kind() const override {
+    return model_type_ == kBpe ? "sentencepiece-bpe" : "sentencepiece-unigram";
+  }
   int bos_id() const override { return bos_id_; }
   int eos_id() const override { return eos_id_; }
   int unk_id() const override { return unk_id_; }
@@ -272,8 +439,8 @@ class SentencePieceBpe : public Tokenizer {
       if ((c >> 6) != 2) return false;
       cp = cp << 6 | (c & 0x3f);
     }
-    return !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-             (cp >= 0xD800 && cp <= 0xDFFF));
+    return !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+             cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF));
   }
 
   void add_piece(const std::string& piece, float score, int type) {
@@ -282,24 +449,57 @@ class SentencePieceBpe : public Tokenizer {
     types_.push_back(type);
   }
   // The lookups, built once all pieces are read (their string_views point into pieces_).
-  void index_pieces() {
+  void index_pieces(const std::string& path) {
     std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
     byte_value_.assign(pieces_.size(), -1);
     for (int32_t id = 0; id < static_cast<int32_t>(pieces_.size()); ++id) {
       const std::string& piece = pieces_[id];
       const int type = types_[id];
       // sentencepiece looks up control, unknown and byte pieces first, then the mergeable ones
-      if (type == kNormal || type == kUserDefined || type == kUnused) mergeable_.emplace(piece, id);
-      else reserved_.emplace(piece, id);
+      if (type == kNormal || type == kUserDefined || type == kUnused)
+        mergeable_.emplace(piece, id);
+      else
+        reserved_.emplace(piece, id);
       if (type == kUserDefined) user_defined_.push_back(piece);
       if (type == kUnknown) unk_id_ = id;
       if (type == kControl && piece == "<s>") bos_id_ = id;
       if (type == kControl && piece == "</s>") eos_id_ = id;
-      if (type == kByte && piece.size() == 6 && piece.compare(0, 3, "<0x") == 0) {
+      if (type < kNormal || type > kByte)
+        throw ModelError(path + ": piece " + std::to_string(id) + " has an unknown type " +
+                         std::to_string(type));
+      if (type == kByte) {
+        if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>' ||
+            !std::isxdigit(static_cast<unsigned char>(piece[3])) ||
+            !std::isxdigit(static_cast<unsigned char>(piece[4])))
+          throw ModelError(path + ": byte piece " + std::to_string(id) +
+                           " is not of the form <0xNN>");
         const int v = std::stoi(piece.substr(3, 2), nullptr, 16);
         byte_ids_[v] = id;
         byte_value_[id] = v;
       }
+      if (type == kNormal) {
+        min_score_ = std::min(min_score_, scores_[id]);
+        max_score_ = std::max(max_score_, scores_[id]);
+      }
+      if ((type == kNormal || type == kUserDefined || type == kUnused) && piece.empty())
+        throw ModelError(path + ": piece " + std::to_string(id) + " is empty");
+    }
+    if (unk_id_ < 0 || types_[unk_id_] != kUnknown)
+      throw ModelError(path + ": the model has no unknown piece");
+    if (byte_fallback_)
+      for (int b = 0; b < 256; ++b)
+        if (byte_ids_[b] < 0)
+          throw ModelError(path + ": byte_fallback is on but the byte piece <0x" +
+                           "0123456789ABCDEF"[b >> 4] + "0123456789ABCDEF"[b & 15] +
+                           "> is missing");
+    std::vector<std::pair<std::string_view, int32_t>> keys;
+    for (const auto& [piece, id] : mergeable_) keys.push_back({piece, id});
+    trie_.build(keys);
+    words_independent_ = true;
+    for (const auto& [piece, id] : mergeable_) {
+      const size_t at = piece.find(kSpace, suffix_space_ ? 0 : 1);
+      if (at != std::string::npos && !(suffix_space_ && at + kSpace.size() == piece.size()))
+        words_independent_ = false;
     }
     token_texts_.resize(pieces_.size());
     for (int32_t id = 0; id < static_cast<int32_t>(pieces_.size()); ++id) {
@@ -310,7 +510,8 @@ class SentencePieceBpe : public Tokenizer {
       } else if (byte_value_[id] >= 0) {
         text = std::string(1, static_cast<char>(byte_value_[id]));
       } else if (types_[id] != kControl && types_[id] != kUnknown) {
-        for (size_t at; (at = text.find(kSpace)) != std::string::npos;) text.replace(at, kSpace.size(), " ");
+        for (size_t at; (at = text.find(kSpace)) != std::string::npos;)
+          text.replace(at, kSpace.size(), " ");
       }
       token_texts_[id] = std::move(text);
     }
@@ -319,23 +520,6 @@ class SentencePieceBpe : public Tokenizer {
     if (auto it = reserved_.find(piece); it != reserved_.end()) return it->second;
     auto m = mergeable_.find(piece);
     return m == mergeable_.end() ? unk_id_ : m->second;
-  }
-  std::string normalize(const std::string& text) const {
-    std::string s = text;
-    if (trim_spaces_) {  // strip the ends, collapse runs of spaces
-      std::string t;
-      for (char c : s)
-        if (c != ' ' || (!t.empty() && t.back() != ' ')) t += c;
-      while (!t.empty() && t.back() == ' ') t.pop_back();
-      s = t;
-    }
-    if (s.empty()) return s;
-    std::string out = dummy_prefix_ ? (escape_spaces_ ? kSpace : " ") : "";
-    for (char c : s) {
-      if (c == ' ' && escape_spaces_) out += kSpace;
-      else out += c;
-    }
-    return out;
   }
   void check(int32_t id) const {
     if (id < 0 || id >= static_cast<int32_t>(pieces_.size()))
@@ -350,18 +534,31 @@ class SentencePieceBpe : public Tokenizer {
   std::unordered_map<std::string_view, int32_t> mergeable_, reserved_;
   std::vector<std::string> user_defined_;
   int32_t byte_ids_[256];
-  int32_t unk_id_ = 0, bos_id_ = -1, eos_id_ = -1;
+  int32_t unk_id_ = -1, bos_id_ = -1, eos_id_ = -1;
+  int model_type_ = kBpe;
+  std::string normalizer_name_;
+  std::unique_ptr<SpNormalizer> normalizer_;
+  PieceTrie trie_;
+  bool words_independent_ = false;  // no merge crosses a ▁ boundary: BPE runs word by word
+  static constexpr size_t kWordCacheSize = 1 << 16;
+  mutable std::mutex cache_mutex_;
+  // A word's pieces as (length, id): the same for every occurrence of the word.
+  mutable std::unordered_map<std::string, std::vector<std::pair<uint32_t, int32_t>>, StringHash,
+                             std::equal_to<>>
+      word_cache_;
+  float min_score_ = FLT_MAX,
+        max_score_ = FLT_MIN;  // over normal pieces, as sentencepiece sets them
   bool byte_fallback_ = false, dummy_prefix_ = true, trim_spaces_ = true, escape_spaces_ = true,
        suffix_space_ = false;
 
  public:
-  SentencePieceBpe(const SentencePieceBpe&) = delete;
+  SentencePieceModel(const SentencePieceModel&) = delete;
 };
 
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& path) {
-  return std::make_unique<SentencePieceBpe>(path);
+  return std::make_unique<SentencePieceModel>(path);
 }
 
 }  // namespace mixserve
