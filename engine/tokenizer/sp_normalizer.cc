@@ -1,158 +1,159 @@
-// Written from sentencepiece's behaviour (normalizer.cc, and the Darts-clone double array its
-// trainer serializes); tests/tokenizer checks it against the Python library under every rule.
+// The normalizer, written from sentencepiece's normalizer.cc (v0.1.97, the Python library the
+// tests compare against) and Darts-clone's unit layout. Every index into the blob is checked:
+// the blob comes from a file.
 #include "engine/tokenizer/sp_normalizer.h"
 
 #include <cstring>
-#include <stdexcept>
+
+#include "engine/model_error.h"
 
 namespace mixserve {
 
 namespace {
 
-const std::string_view kSpaceSymbol = "\xE2\x96\x81";  // ▁
-const std::string_view kReplacementChar = "\xEF\xBF\xBD";
-
-// A Darts-clone unit: label, leaf flag and offset to the children, or a leaf's value.
+// A Darts-clone unit: label (8 bits and bit 31), has_leaf (bit 8), offset (bits 10-31, shifted
+// by 8 more when bit 9 is set); a value unit has bit 31 set and the value in bits 0-30.
 bool has_leaf(uint32_t u) {
-  return ((u >> 8) & 1) == 1;
+  return (u >> 8) & 1;
 }
-uint32_t value_of(uint32_t u) {
-  return u & ((1u << 31) - 1);
-}
-uint32_t label_of(uint32_t u) {
+uint32_t label(uint32_t u) {
   return u & ((1u << 31) | 0xFF);
 }
-uint32_t offset_of(uint32_t u) {
+uint32_t offset(uint32_t u) {
   return (u >> 10) << ((u & (1u << 9)) >> 6);
 }
-
-bool is_trail(unsigned char c) {
-  return (c & 0xC0) == 0x80;
-}
-bool valid_codepoint(uint32_t c) {
-  return c < 0xD800 || (c >= 0xE000 && c <= 0x10FFFF);
+uint32_t value(uint32_t u) {
+  return u & ((1u << 31) - 1);
 }
 
-// sentencepiece's DecodeUTF8 + IsValidDecodeUTF8: the length of the character at the start and
-// whether it is well-formed (a literal U+FFFD counts as well-formed).
-size_t utf8_char(std::string_view s, bool* valid) {
-  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  *valid = true;
-  if (b(0) < 0x80) return 1;
-  if (s.size() >= 2 && (b(0) & 0xE0) == 0xC0) {
-    const uint32_t cp = (b(0) & 0x1F) << 6 | (b(1) & 0x3F);
-    if (is_trail(b(1)) && cp >= 0x80 && valid_codepoint(cp)) return 2;
-  } else if (s.size() >= 3 && (b(0) & 0xF0) == 0xE0) {
-    const uint32_t cp = (b(0) & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
-    if (is_trail(b(1)) && is_trail(b(2)) && cp >= 0x800 && valid_codepoint(cp)) return 3;
-  } else if (s.size() >= 4 && (b(0) & 0xF8) == 0xF0) {
-    const uint32_t cp =
-        (b(0) & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
-    if (is_trail(b(1)) && is_trail(b(2)) && is_trail(b(3)) && cp >= 0x10000 && valid_codepoint(cp))
-      return 4;
-  }
-  *valid = false;
-  return 1;
-}
+const std::string_view kSpace = "\xE2\x96\x81";  // ▁
 
 }  // namespace
 
-SpNormalizer::SpNormalizer(SpNormalizerSpec spec, std::vector<std::string> user_defined)
-    : spec_(std::move(spec)), user_defined_(std::move(user_defined)) {
-  const std::string& blob = spec_.charsmap;
+SpCharsMap::SpCharsMap(std::string_view blob, const std::string& where) {
   if (blob.empty()) return;
-  uint32_t trie_bytes = 0;
-  if (blob.size() <= 4) throw std::invalid_argument("precompiled_charsmap is too short");
-  std::memcpy(&trie_bytes, blob.data(), 4);  // little-endian, as on every host we build for
-  if (trie_bytes >= blob.size() - 4 + 1 || trie_bytes % 4 != 0 || trie_bytes == 0)
-    throw std::invalid_argument("precompiled_charsmap's trie size (" + std::to_string(trie_bytes) +
-                                " bytes) does not fit the charsmap (" +
-                                std::to_string(blob.size()) + " bytes)");
-  trie_.resize(trie_bytes / 4);
-  std::memcpy(trie_.data(), blob.data() + 4, trie_bytes);
-  normalized_ = blob.substr(4 + trie_bytes);
-  // Every value must name a NUL-terminated string inside the normalized block; checked here once
-  // by walking the whole trie would need its structure, so lookups check their value instead.
+  auto bad = [&](const std::string& why) {
+    throw ModelError(where + ": precompiled_charsmap is broken: " + why);
+  };
+  if (blob.size() < 4) bad("only " + std::to_string(blob.size()) + " bytes");
+  uint32_t trie_size = 0;
+  for (int i = 3; i >= 0; --i) trie_size = trie_size << 8 | static_cast<uint8_t>(blob[i]);
+  // sentencepiece refuses trie_size >= blob size; past the header it would read out of bounds
+  if (trie_size > blob.size() - 4)
+    bad("a trie of " + std::to_string(trie_size) + " bytes, but only " +
+        std::to_string(blob.size() - 4) + " bytes follow the size");
+  if (trie_size < 4) bad("an empty trie");
+  units_.resize(trie_size / 4);  // as sentencepiece, a partial unit at the end is ignored
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const auto* p = reinterpret_cast<const uint8_t*>(blob.data()) + 4 + 4 * i;
+    units_[i] = p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
+  }
+  replacements_ = blob.substr(4 + trie_size);
+  // Only value units have bit 31 set (offsets stay below 2^29): each must point into the strings.
+  for (uint32_t u : units_)
+    if ((u >> 31) && value(u) >= replacements_.size())
+      bad("a rule points at byte " + std::to_string(value(u)) + " of " +
+          std::to_string(replacements_.size()) + " bytes of replacements");
 }
 
-std::pair<uint32_t, size_t> SpNormalizer::longest_match(std::string_view text) const {
-  std::pair<uint32_t, size_t> best{0, 0};
-  if (trie_.empty()) return best;
-  const size_t n = trie_.size();
-  uint32_t pos = offset_of(trie_[0]);
-  for (size_t i = 0; i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
+size_t SpCharsMap::match(std::string_view s, std::string_view* out) const {
+  // Darts-clone's commonPrefixSearch, keeping the last (longest) match.
+  if (units_.empty()) return 0;
+  const size_t n = units_.size();
+  size_t longest = 0;
+  uint32_t pos = offset(units_[0]);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
     pos ^= c;
-    if (pos >= n) return best;
-    const uint32_t unit = trie_[pos];
-    if (label_of(unit) != c) return best;
-    pos ^= offset_of(unit);
-    if (pos >= n) return best;
-    if (has_leaf(unit)) best = {value_of(trie_[pos]), i + 1};
+    if (pos >= n) break;
+    const uint32_t unit = units_[pos];
+    if (label(unit) != c) break;
+    pos ^= offset(unit);
+    if (has_leaf(unit)) {
+      if (pos >= n) break;
+      const uint32_t v = value(units_[pos]);
+      if (v >= replacements_.size()) break;  // only a unit without bit 31 can get here
+      const char* r = replacements_.data() + v;
+      const void* nul = std::memchr(r, 0, replacements_.size() - v);
+      *out =
+          std::string_view(r, nul ? static_cast<const char*>(nul) - r : replacements_.size() - v);
+      longest = i + 1;
+    }
   }
-  return best;
+  return longest;
 }
 
-std::pair<std::string_view, size_t> SpNormalizer::normalize_prefix(std::string_view text) const {
-  if (text.empty()) return {{}, 0};
-  size_t user = 0;  // user-defined symbols are never normalized
-  for (const std::string& u : user_defined_)
-    if (u.size() > user && text.compare(0, u.size(), u) == 0) user = u.size();
-  if (user) return {text.substr(0, user), user};
-  const auto [value, length] = longest_match(text);
-  if (length > 0) {
-    if (value >= normalized_.size())
-      throw std::invalid_argument("precompiled_charsmap names a replacement outside its table");
-    const size_t end = normalized_.find('\0', value);
-    if (end == std::string::npos)
-      throw std::invalid_argument("precompiled_charsmap's replacement is not terminated");
-    return {std::string_view(normalized_).substr(value, end - value), length};
+size_t sp_utf8_char(std::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
+  const auto trail = [&](size_t i) { return (b(i) & 0xC0) == 0x80; };
+  const auto ok = [](uint32_t cp) { return cp < 0xD800 || (cp >= 0xE000 && cp <= 0x10FFFF); };
+  if (b(0) < 0x80) return 1;
+  if (s.size() >= 2 && (b(0) & 0xE0) == 0xC0) {
+    const uint32_t cp = (b(0) & 0x1F) << 6 | (b(1) & 0x3F);
+    return trail(1) && cp >= 0x80 && ok(cp) ? 2 : 0;
   }
-  bool valid = true;
-  const size_t len = utf8_char(text, &valid);
-  if (!valid) return {kReplacementChar, 1};
-  return {text.substr(0, len), len};
+  if (s.size() >= 3 && (b(0) & 0xF0) == 0xE0) {
+    const uint32_t cp = (b(0) & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
+    return trail(1) && trail(2) && cp >= 0x800 && ok(cp) ? 3 : 0;
+  }
+  if (s.size() >= 4 && (b(0) & 0xF8) == 0xF0) {
+    const uint32_t cp =
+        (b(0) & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
+    return trail(1) && trail(2) && trail(3) && cp >= 0x10000 && ok(cp) ? 4 : 0;
+  }
+  return 0;
+}
+
+std::string_view SpNormalizer::prefix(std::string_view s, size_t* consumed) const {
+  if (protected_) {  // a user-defined symbol stays as written
+    if (size_t len = protected_->longest_prefix(s)) {
+      *consumed = len;
+      return s.substr(0, len);
+    }
+  }
+  std::string_view out;
+  if ((*consumed = map_.match(s, &out)) > 0) return out;
+  if ((*consumed = sp_utf8_char(s)) > 0) return s.substr(0, *consumed);
+  *consumed = 1;  // malformed UTF-8: U+FFFD for one byte
+  return "\xEF\xBF\xBD";
 }
 
 std::string SpNormalizer::normalize(std::string_view text) const {
+  const SpNormalizerOptions& o = options_;
   std::string out;
-  out.reserve(text.size() * 3 / 2 + 4);
-  const bool trim = spec_.remove_extra_whitespaces;
-  if (trim) {  // leading whitespace, as it reads after normalization
-    while (!text.empty()) {
-      const auto [piece, used] = normalize_prefix(text);
-      if (piece != " ") break;
-      text.remove_prefix(used);
-    }
-  }
+  size_t n = 0;
+  if (o.remove_extra_whitespaces)  // leading characters that normalize to exactly " " go
+    while (!text.empty() && prefix(text, &n) == " ") text.remove_prefix(n);
   if (text.empty()) return out;
-  const auto add_space = [&] { out += spec_.escape_whitespaces ? kSpaceSymbol : " "; };
-  if (!spec_.treat_whitespace_as_suffix && spec_.add_dummy_prefix) add_space();
-  bool prev_space = trim;
+  out.reserve(text.size() + text.size() / 2 + 3);
+  const std::string_view space = o.escape_whitespaces ? kSpace : " ";
+  if (!o.treat_whitespace_as_suffix && o.add_dummy_prefix) out += space;
+  bool prev_space = o.remove_extra_whitespaces;
   while (!text.empty()) {
-    const auto [normalized, used] = normalize_prefix(text);
-    std::string_view piece = normalized;
-    if (prev_space)
-      while (!piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+    std::string_view piece = prefix(text, &n);
+    text.remove_prefix(n);
+    // A run of spaces collapses: spaces that follow a piece ending in one are dropped. Only ' '
+    // counts, and only across pieces, as in sentencepiece.
+    while (prev_space && !piece.empty() && piece[0] == ' ') piece.remove_prefix(1);
     if (!piece.empty()) {
-      for (char c : piece) {
-        if (c == ' ' && spec_.escape_whitespaces)
-          out += kSpaceSymbol;
-        else
-          out += c;
+      if (o.escape_whitespaces && piece.find(' ') != std::string_view::npos) {
+        for (char c : piece)
+          if (c == ' ')
+            out += kSpace;
+          else
+            out += c;
+      } else {
+        out += piece;
       }
       prev_space = piece.back() == ' ';
     }
-    text.remove_prefix(used);
-    if (!trim) prev_space = false;
+    if (!o.remove_extra_whitespaces) prev_space = false;
   }
-  if (trim) {
-    const std::string_view space = spec_.escape_whitespaces ? kSpaceSymbol : " ";
+  if (o.remove_extra_whitespaces)
     while (out.size() >= space.size() &&
            out.compare(out.size() - space.size(), space.size(), space) == 0)
       out.resize(out.size() - space.size());
-  }
-  if (spec_.treat_whitespace_as_suffix && spec_.add_dummy_prefix) add_space();
+  if (o.treat_whitespace_as_suffix && o.add_dummy_prefix) out += space;
   return out;
 }
 
