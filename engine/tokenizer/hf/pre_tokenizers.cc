@@ -14,9 +14,8 @@ namespace {
 
 class ByteLevel : public PreTokenizer {
  public:
-  ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
-    if (use_regex) p_.regex = std::make_unique<Regex>(kGpt2Pattern);
-  }
+  ByteLevel(bool add_prefix_space, bool use_regex)
+      : add_prefix_space_(add_prefix_space), use_regex_(use_regex) {}
   void split(std::string_view piece, bool at_start, const Emit& emit) const override {
     std::string prefixed;
     if (add_prefix_space_ && !piece.empty() && piece[0] != ' ') {
@@ -30,19 +29,20 @@ class ByteLevel : public PreTokenizer {
       for (char c : s) mapped += byte_to_symbol(static_cast<uint8_t>(c));
       emit(mapped, start);
     };
-    if (!p_.regex) {
+    if (!use_regex_) {
       if (!piece.empty()) out(piece, at_start);
       return;
     }
-    std::vector<Span> spans;
-    split_text(piece, p_, Behavior::Isolated, spans);
+    // GPT-2's pattern matches every character, so the Isolated pieces are its matches.
+    thread_local std::vector<Span> spans;
+    spans.clear();
+    gpt2_split(piece, spans);
     for (const Span& sp : spans)
       out(piece.substr(sp.first, sp.second - sp.first), at_start && sp.first == 0);
   }
 
  private:
-  bool add_prefix_space_;
-  Pattern p_;
+  bool add_prefix_space_, use_regex_;
 };
 
 class SplitPre : public PreTokenizer {

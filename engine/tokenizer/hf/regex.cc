@@ -78,6 +78,12 @@ void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
   }
 }
 
+bool Regex::matches_at_start(std::string_view text) const {
+  const auto* str = reinterpret_cast<const OnigUChar*>(text.data());
+  return onig_match(static_cast<regex_t*>(re_), str, str + text.size(), str, nullptr,
+                    ONIG_OPTION_NONE) >= 0;
+}
+
 std::string regex_escape(std::string_view literal) {
   // regex::escape of the Rust library: a backslash before each meta character.
   std::string out;
