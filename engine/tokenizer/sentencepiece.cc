@@ -172,8 +172,10 @@ class SentencePiece : public Tokenizer {
       throw ModelError(path + ": sentencepiece model type " +
                        (model_type_ == 3 ? std::string("word") : std::string("char")) +
                        " is not supported (only unigram and bpe)");
-    index_pieces(path);
     norm.options.treat_whitespace_as_suffix = suffix;
+    p_.word_space = norm.options.escape_whitespaces ? kSpace : " ";
+    p_.word_suffix = suffix;
+    index_pieces(path);
     dummy_prefix_ = norm.options.add_dummy_prefix;
     trim_spaces_ = norm.options.remove_extra_whitespaces;
     normalizer_ = SpNormalizer(SpCharsMap(norm.charsmap, path), norm.options);
@@ -228,7 +230,7 @@ class SentencePiece : public Tokenizer {
     bool bos_ws = true, bos_ws_seen = false;
     for (size_t i = 0; i < n; ++i) {
       check(ids[i]);
-      const int32_t id = canonical_[ids[i]];  // sentencepiece decodes id → piece → id
+      const int32_t id = p_.canonical[ids[i]];  // sentencepiece decodes id → piece → id
       const int type = p_.type[id];
       if (type == kSpByte) {
         bytes += static_cast<char>(byte_value_[id]);
@@ -338,11 +340,32 @@ class SentencePiece : public Tokenizer {
                            " (<0xNN>) is missing");
     if (model_type_ == 1 && normal.empty())
       throw ModelError(path + ": a unigram model without normal pieces");
-    if (model_type_ == 1) p_.normal_trie = SpTrie(std::move(normal));
+    if (model_type_ == 1) p_.normal_trie = SpTrie(normal);
+    if (model_type_ == 2) {
+      for (const auto& [piece, id] : normal)
+        for (size_t k = 1; k < piece.size(); ++k) {
+          auto l = p_.normal.find(piece.substr(0, k)), r = p_.normal.find(piece.substr(k));
+          if (l != p_.normal.end() && r != p_.normal.end())
+            p_.merges.insert(l->second, r->second, id);
+        }
+      p_.split_words = true;
+      const std::string& ws = p_.word_space;
+      for (int32_t id = 0; id < static_cast<int32_t>(n); ++id) {
+        const std::string& piece = p_.piece[id];
+        if (p_.type[id] != kSpNormal && p_.type[id] != kSpUnused) continue;
+        const size_t at = p_.word_suffix ? piece.find(ws) : piece.find(ws, 1);
+        if (at != std::string::npos && !(p_.word_suffix && at + ws.size() == piece.size()))
+          p_.split_words = false;
+      }
+      for (int c = 0; c < 128; ++c) {
+        auto it = p_.normal.find(std::string(1, static_cast<char>(c)));
+        p_.ascii[c] = it == p_.normal.end() ? -1 : it->second;
+      }
+    }
     p_.user_defined = SpTrie(std::move(user_defined));
-    canonical_.resize(n);
+    p_.canonical.resize(n);
     for (int32_t id = 0; id < static_cast<int32_t>(n); ++id)
-      canonical_[id] = p_.piece_to_id(p_.piece[id]);
+      p_.canonical[id] = p_.piece_to_id(p_.piece[id]);
     token_texts_.resize(n);
     for (int32_t id = 0; id < static_cast<int32_t>(n); ++id) {
       std::string text = p_.piece[id];
@@ -368,7 +391,6 @@ class SentencePiece : public Tokenizer {
   SpNormalizer normalizer_, denormalizer_;
   bool has_denormalizer_ = false;
   int model_type_ = 1;                    // TrainerSpec.ModelType: 1 unigram, 2 BPE
-  std::vector<int32_t> canonical_;        // PieceToId(IdToPiece(id))
   std::vector<std::string> token_texts_;  // token_text of every id
   std::vector<int> byte_value_;
   int32_t byte_ids_[256];
@@ -378,6 +400,27 @@ class SentencePiece : public Tokenizer {
 };
 
 }  // namespace
+
+void SpPairMap::insert(uint32_t left, uint32_t right, int32_t value) {
+  if (2 * (size_ + 1) > keys_.size()) {  // grow: at most half full
+    std::vector<uint64_t> keys = std::move(keys_);
+    std::vector<int32_t> values = std::move(values_);
+    keys_.assign(std::max<size_t>(64, 2 * keys.size()), kEmpty);
+    values_.assign(keys_.size(), -1);
+    mask_ = keys_.size() - 1;
+    size_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] != kEmpty)
+        insert(static_cast<uint32_t>(keys[i] >> 32), static_cast<uint32_t>(keys[i]), values[i]);
+  }
+  const uint64_t key = uint64_t{left} << 32 | right;
+  size_t i = slot(key);
+  while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
+  if (keys_[i] == key) return;
+  keys_[i] = key;
+  values_[i] = value;
+  ++size_;
+}
 
 std::unique_ptr<Tokenizer> load_sentencepiece_from_memory(std::string_view data,
                                                           const std::string& name) {
