@@ -24,7 +24,8 @@ using json = nlohmann::json;
 class RealTokenizers : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = new std::string(temp_dir());
+    // Shared by every build tree and test process (ctest runs each test in its own): made once.
+    work_ = new std::string(source_dir() + "/build/tokenizer-oracles/gpt2-small");
     int rc = -1;
     const std::string out = run(source_dir() + "/tests/tokenizer/prepare_gpt2_small.sh " + *work_ + " 2>&1", &rc);
     ASSERT_EQ(rc, 0) << out;
@@ -51,7 +52,7 @@ class RealTokenizers : public ::testing::Test {
   // gpt-3-encoder's decode of ids (its TextDecoder turns incomplete UTF-8 into U+FFFD, as
   // tokenizers' from_utf8_lossy does).
   static std::string oracle_decode(const std::vector<int32_t>& ids) {
-    const std::string script = *work_ + "/decode.js";
+    const std::string script = temp_dir() + "/decode.js";
     std::ofstream(script) << "const {decode} = require('gpt-3-encoder');\n"
                              "process.stdout.write(decode(JSON.parse(process.argv[2])));\n";
     int rc = -1;

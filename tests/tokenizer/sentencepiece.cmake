@@ -9,5 +9,5 @@ target_link_libraries(sp_oracle_test PRIVATE mixserve_engine ${BLAS_LIBRARIES} G
 target_compile_options(sp_oracle_test PRIVATE ${MIXSERVE_WARNINGS})
 add_test(NAME tokenizer_sentencepiece_oracle
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/sp_oracle_run.sh ${MIXSERVE_SP_PYTHON}
-                 ${CMAKE_CURRENT_BINARY_DIR}/sp_oracle $<TARGET_FILE:sp_oracle_test>)
+                 ${CMAKE_SOURCE_DIR}/build/tokenizer-oracles/sp $<TARGET_FILE:sp_oracle_test>)
 set_tests_properties(tokenizer_sentencepiece_oracle PROPERTIES TIMEOUT 900 PROCESSORS 2)
