@@ -152,6 +152,28 @@ function llama2Json() {
     model: { ...base.model, ignore_merges: true },
   };
   specs.llama2 = llama2Json();
+  // Components no real tokenizer above uses, on the same vocabularies.
+  const split = (pattern, behavior, invert = false) => ({ type: 'Split', pattern, behavior, invert });
+  specs.mixed1 = {
+    ...specs.llama2,
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'NFKC' }, { type: 'Lowercase' }] },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [split({ String: '-' }, 'MergedWithPrevious'),
+      split({ Regex: '[.,;:]' }, 'MergedWithNext'), { type: 'Digits', individual_digits: true },
+      { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true }] },
+    decoder: { type: 'Sequence', decoders: [{ type: 'ByteFallback' },
+      { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true }, { type: 'Fuse' }] },
+    post_processor: null,
+  };
+  specs.mixed2 = {
+    ...base,
+    added_tokens: [added(50256, '<|endoftext|>')],
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'NFD' }, { type: 'Strip', strip_left: true, strip_right: true },
+      { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' }] },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [split({ Regex: '[aeiou]' }, 'Contiguous'),
+      split({ Regex: '[^a-z ]+' }, 'Isolated', true), split({ String: 'the' }, 'Removed'),
+      { type: 'Digits', individual_digits: false }, { type: 'WhitespaceSplit' }, byteLevel(false, false)] },
+  };
+  specs.mixed3 = { ...base, pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Whitespace' }, byteLevel(true, true)] } };
   const names = Object.keys(specs);
   for (const name of names) {
     // Round trip through the Rust library: the file is what it writes.
@@ -169,13 +191,26 @@ function llama2Json() {
     const json = JSON.parse(fs.readFileSync(file, 'utf8'));
     let hj = null;
     try { hj = new HJ.Tokenizer(json, {}); } catch (e) { process.stderr.write(`${name}: @huggingface/tokenizers cannot load it: ${e}\n`); }
-    const big = (t) => name === 'llama2' && t.length > 200000;
+    // The whole KJV as one string costs the Rust binding tens of seconds: GPT-2 only (llama2, with
+    // no pre-tokenizer, gets no text over 200 kB: each is one BPE word).
+    const big = (t) => (name === 'llama2' || name === 'mixed1' ? t.length > 200000 : name !== 'gpt2' && t.length > 1000000);
     const w = { rust: [new Writer(), new Writer()], hfjs: [new Writer(), new Writer()] };
-    for (const t of texts) {
+    // The Rust library in batches (one call per 4096 texts: per-call overhead dominates otherwise).
+    const rustIds = [], rustDec = [];
+    for (let k = 0; k < texts.length; k += 4096) {
+      const batch = texts.slice(k, k + 4096).map((t) => (big(t) ? '' : t));
+      const enc = await rust.encodeBatch(batch, { addSpecialTokens: false });
+      const ids = enc.map((e) => e.getIds());
+      const dec = await rust.decodeBatch(ids, true);
+      rustIds.push(...ids);
+      rustDec.push(...dec);
+    }
+    for (let i = 0; i < texts.length; ++i) {
+      const t = texts[i];
       if (big(t)) { w.rust[0].ids(null); w.rust[1].str(null); w.hfjs[0].ids(null); w.hfjs[1].str(null); continue; }
-      const ids = (await rust.encode(t, null, { addSpecialTokens: false })).getIds();
+      const ids = rustIds[i];
       w.rust[0].ids(ids);
-      w.rust[1].str(await rust.decode(ids, true));
+      w.rust[1].str(rustDec[i]);
       let hids = null, hdec = null;
       if (hj && t.length <= 200000) {
         try {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/tokenizer/hf/hf_internal.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 
 namespace mixserve {
@@ -77,7 +78,10 @@ const std::vector<std::string>& texts() {
 }
 
 std::string excerpt(const std::string& s) {
-  std::string e = s.substr(0, 80);
+  size_t cut = std::min<size_t>(s.size(), 80);
+  while (cut < s.size() && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80)
+    ++cut;  // whole characters
+  std::string e = s.substr(0, cut);
   for (char& c : e)
     if (c == '\n' || c == '\r') c = ' ';
   return "\"" + e + (s.size() > 80 ? "…" : "") + "\" (" + std::to_string(s.size()) + " bytes)";
@@ -176,6 +180,22 @@ void check(const Tokenizer& tok, const std::string& name, const std::string& ora
   }
 }
 
+// The hand-written GPT-2 split (gpt2_split.cc) against Oniguruma on every text, the KJV included.
+TEST(HfOracles, Gpt2SplitEqualsOnigurumaOnEveryText) {
+  const hf::Regex re(hf::kGpt2Pattern);
+  int bad = 0;
+  for (const std::string& t : texts()) {
+    std::vector<hf::Span> ours, onig;
+    hf::gpt2_split(t, ours);
+    re.find_all(t, onig);
+    if (ours != onig && ++bad <= 5)
+      ADD_FAILURE() << "GPT-2 split differs from Oniguruma on " << excerpt(t);
+  }
+  std::printf(
+      "GPT-2's pattern: the hand-written split equals Oniguruma's on %zu texts (%d differ)\n",
+      texts().size(), bad);
+}
+
 TEST(HfOracles, Gpt2TokenizerJson) {
   auto tok = load_tokenizer_json(dir() + "/gpt2.json");
   EXPECT_EQ(tok->kind(), "tokenizer.json-bpe");
@@ -214,6 +234,17 @@ TEST(HfOracles, Llama2StyleByteFallback) {
   EXPECT_EQ(tok->template_prefix(), std::vector<int32_t>{1});
   EXPECT_EQ(tok->token_text(tok->piece_to_id("<0xE2>")), "bytes:\\xe2");
   check(*tok, "llama2-style tokenizer.json", "llama2", false);
+}
+
+// Components no real tokenizer above uses (not lossless: compared with the Rust library only).
+TEST(HfOracles, Mixed1NfkcLowercaseSplitsDigitsMetaspace) {
+  check(*load_tokenizer_json(dir() + "/mixed1.json"), "mixed1 tokenizer.json", "mixed1", false);
+}
+TEST(HfOracles, Mixed2NfdStripReplaceSplitBehaviorsWhitespaceSplit) {
+  check(*load_tokenizer_json(dir() + "/mixed2.json"), "mixed2 tokenizer.json", "mixed2", false);
+}
+TEST(HfOracles, Mixed3WhitespaceThenByteLevelWithPrefixSpace) {
+  check(*load_tokenizer_json(dir() + "/mixed3.json"), "mixed3 tokenizer.json", "mixed3", false);
 }
 
 }  // namespace

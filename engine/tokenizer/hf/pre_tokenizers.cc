@@ -96,6 +96,30 @@ class Metaspace : public PreTokenizer {
   Pattern p_;
 };
 
+// Whitespace: the matches of `\w+|[^\w\s]+`, which the Rust library runs in the regex crate
+// (not Oniguruma), so \w is regex-syntax's (Alphabetic, marks, Nd, Pc, Join_Control) and \s is
+// White_Space: runs of word characters and runs of other non-space characters.
+class Whitespace : public PreTokenizer {
+ public:
+  void split(std::string_view piece, bool at_start, const Emit& emit) const override {
+    size_t i = 0, run = 0;
+    int run_class = -1;  // 0 word, 1 other
+    const auto flush = [&](size_t end) {
+      if (run_class >= 0) emit(piece.substr(run, end - run), at_start && run == 0);
+      run_class = -1;
+    };
+    while (i < piece.size()) {
+      const size_t s = i;
+      const char32_t c = next_cp(piece, i);
+      const int cls = is_word_char(c) ? 0 : is_whitespace(c) ? 2 : 1;
+      if (cls == run_class) continue;
+      flush(s);
+      if (cls != 2) run_class = cls, run = s;
+    }
+    flush(piece.size());
+  }
+};
+
 class Sequence : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> v) : v_(std::move(v)) {}
@@ -162,12 +186,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j) {
     if (rep.empty()) throw std::runtime_error("Metaspace replacement is empty");
     return std::make_unique<Metaspace>(rep, scheme, j.value("split", true));
   }
-  if (type == "Whitespace") {
-    Pattern p;
-    p.regex = std::make_unique<Regex>(R"(\w+|[^\w\s]+)");
-    p.invert = true;
-    return std::make_unique<SplitPre>(std::move(p), Behavior::Removed);
-  }
+  if (type == "Whitespace") return std::make_unique<Whitespace>();
   if (type == "WhitespaceSplit") {
     Pattern p;
     p.chars = is_whitespace;
