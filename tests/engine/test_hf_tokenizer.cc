@@ -153,14 +153,15 @@ TEST(HfTokenizer, Gpt2SplitEqualsOniguruma) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
     std::string c;
     hf::append_utf8(c, cp);
-    s += "a" + c + c + " " + c + "1 '" + c + "  " + c;
+    s += "a" + c + c + " " + c + "1'" + c + "  ";
     if (cp % 32 == 0 || cp == 0x10FFFF) {
       expect_same(s);
       s.clear();
     }
   }
   std::ifstream f(std::string(MIXSERVE_SOURCE_DIR) + "/tests/tokenizer/torture.json");
-  for (const auto& c : json::parse(f)["cases"]) expect_same(c.get<std::string>());
+  const json torture = json::parse(f);
+  for (const auto& c : torture["cases"]) expect_same(c.get<std::string>());
   // Random strings from an alphabet made to hit every alternative.
   const std::vector<std::string> alphabet = {
       " ",  "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2028", "\u0085", "'",  "s", "t",

@@ -50,7 +50,7 @@ class Reader {
     const uint32_t n = u32();
     if (n == 0xFFFFFFFFu) return std::nullopt;
     std::vector<int32_t> v(n);
-    std::memcpy(v.data(), data_.data() + pos_, 4 * size_t{n});
+    if (n) std::memcpy(v.data(), data_.data() + pos_, 4 * size_t{n});
     pos_ += 4 * size_t{n};
     return v;
   }
