@@ -160,7 +160,7 @@ def plot(doc, path):
     ax.axhline(20, color="gray", linestyle="--", linewidth=1)
     ax.text(len(rs) - 0.5, 21, "20 MB/s target", ha="right", color="gray", fontsize=8)
     ax.set_xticks(range(len(rs)))
-    ax.set_xticklabels([r["name"].replace(" (", "\n(") for r in rs], fontsize=8)
+    ax.set_xticklabels([r["name"].replace(" (", "\n(").replace("mixserve ", "mixserve\n") for r in rs], fontsize=8)
     ax.set_ylabel("MB/s of KJV text encoded (one core; median, range)")
     ax.set_yscale("log")
     ax.set_title(f"Tokenizer encode speed — {doc['cpu']}, {doc['date']}, {doc['commit']}", fontsize=10)
