@@ -58,10 +58,10 @@ void HfTokenizer::finish() {
     if (!special_[id] && decoder_) decoder_->token_inside(t);
     if (!is_valid_utf8(t)) {
       static const char hex[] = "0123456789abcdef";
-      std::string b;
+      std::string b = "bytes:";  // as OpenAI shows a token that is not text: bytes:\xe2\x80
       for (char c : t) {
         const auto u = static_cast<unsigned char>(c);
-        b += std::string("bytes:\\x") + hex[u >> 4] + hex[u & 15];
+        b += std::string("\\x") + hex[u >> 4] + hex[u & 15];
       }
       t = std::move(b);
     }
