@@ -7,9 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/model_error.h"
 #include "engine/tokenizer_dir.h"
@@ -41,7 +40,9 @@ int main(int argc, char** argv) {
     }
     lines.pop_back();
     const mixserve::Tokenizer& tok = *setup.tokenizer;
-    nlohmann::json out = {{"tokenizer", tok.kind()}, {"files", setup.files}, {"bytes", text.size()},
+    nlohmann::json out = {{"tokenizer", tok.kind()},
+                          {"files", setup.files},
+                          {"bytes", text.size()},
                           {"lines", lines.size()}};
     // The line mode first: its first pass is the cold one (no word in any cache yet).
     std::vector<double> line_s, whole_s;
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       whole_tokens = tok.encode(text).size();
       whole_s.push_back(seconds_since(t0));
-      std::fprintf(stderr, "round %d/%d: lines %.3f s, whole %.3f s\n", r + 1, rounds, line_s.back(), whole_s.back());
+      std::fprintf(stderr, "round %d/%d: lines %.3f s, whole %.3f s\n", r + 1, rounds,
+                   line_s.back(), whole_s.back());
     }
     out["line_tokens"] = line_tokens;
     out["whole_tokens"] = whole_tokens;

@@ -31,8 +31,10 @@ LoadedModel load_model_dir(const std::string& dir) {
   if (m.config.eos_id >= 0) m.stop_ids.push_back(static_cast<int32_t>(m.config.eos_id));
   if (t.tokenizer) {
     if (t.tokenizer->vocab_size() > m.config.vocab_size)
-      throw ModelError((p / t.files).string() + ": the tokenizer has " + std::to_string(t.tokenizer->vocab_size()) +
-                       " tokens but config.json's vocab_size is " + std::to_string(m.config.vocab_size));
+      throw ModelError((p / t.files).string() + ": the tokenizer has " +
+                       std::to_string(t.tokenizer->vocab_size()) +
+                       " tokens but config.json's vocab_size is " +
+                       std::to_string(m.config.vocab_size));
     m.tokenizer = std::move(t.tokenizer);
     m.tokenizer_files = t.files;
     m.prompt_prefix = std::move(t.prompt_prefix);

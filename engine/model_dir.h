@@ -12,7 +12,7 @@
 namespace mixserve {
 
 struct LoadedModel {
-  std::string id;   // the directory's name, or --served-model-name
+  std::string id;  // the directory's name, or --served-model-name
   std::string dir;
   std::string format = "mixserve";  // or "gpt2" / "rwkv" for imported Hugging Face checkpoints
   ModelConfig config;

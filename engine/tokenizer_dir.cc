@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "engine/model_error.h"
 #include "engine/tokenizer/hf_tokenizer.h"
@@ -42,12 +41,15 @@ std::optional<std::string> token_name(const json& file, const char* key, const f
   if (file.is_null() || !file.contains(key) || file[key].is_null()) return std::nullopt;
   const json& v = file[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  throw ModelError(path.string() + ": " + key + " must be a string or an object with a \"content\" string");
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  throw ModelError(path.string() + ": " + key +
+                   " must be a string or an object with a \"content\" string");
 }
 
 // generation_config.json's token ids: an integer or a list of integers.
-std::vector<int32_t> token_ids(const json& file, const char* key, const fs::path& path, int vocab_size) {
+std::vector<int32_t> token_ids(const json& file, const char* key, const fs::path& path,
+                               int vocab_size) {
   std::vector<int32_t> ids;
   if (file.is_null() || !file.contains(key) || file[key].is_null()) return ids;
   const json& v = file[key];
@@ -55,8 +57,9 @@ std::vector<int32_t> token_ids(const json& file, const char* key, const fs::path
     if (!x.is_number_integer())
       throw ModelError(path.string() + ": " + key + " must be a token id or a list of token ids");
     if (x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab_size)
-      throw ModelError(path.string() + ": " + key + " " + x.dump() + " is outside the tokenizer's vocabulary [0, " +
-                       std::to_string(vocab_size) + ")");
+      throw ModelError(path.string() + ": " + key + " " + x.dump() +
+                       " is outside the tokenizer's vocabulary [0, " + std::to_string(vocab_size) +
+                       ")");
     ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   };
   if (v.is_array())
@@ -94,8 +97,8 @@ TokenizerSetup load_tokenizer_dir(const std::string& dir) {
   s.tokenizer = open_tokenizer(p, s.files);
   if (!s.tokenizer) return s;
   const Tokenizer& tok = *s.tokenizer;
-  const fs::path config_path = p / "tokenizer_config.json", map_path = p / "special_tokens_map.json",
-                 gen_path = p / "generation_config.json";
+  const fs::path config_path = p / "tokenizer_config.json",
+                 map_path = p / "special_tokens_map.json", gen_path = p / "generation_config.json";
   const json config = read_json(config_path), map = read_json(map_path), gen = read_json(gen_path);
 
   // transformers reads tokenizer_config.json, then lets special_tokens_map.json override it.
@@ -109,7 +112,8 @@ TokenizerSetup load_tokenizer_dir(const std::string& dir) {
     if (!name) return fallback;
     const int32_t id = tok.piece_to_id(*name);
     if (id < 0)
-      throw ModelError(from.string() + ": " + key + " " + quote_token(*name) + " is not a token of " + s.files);
+      throw ModelError(from.string() + ": " + key + " " + quote_token(*name) +
+                       " is not a token of " + s.files);
     return id;
   };
   // generation_config.json's ids come first where tokenizer files name no token, as in vLLM.
@@ -135,7 +139,8 @@ TokenizerSetup load_tokenizer_dir(const std::string& dir) {
 
   if (s.eos_id >= 0) s.stop_ids.push_back(s.eos_id);
   for (int32_t id : gen_eos)
-    if (std::find(s.stop_ids.begin(), s.stop_ids.end(), id) == s.stop_ids.end()) s.stop_ids.push_back(id);
+    if (std::find(s.stop_ids.begin(), s.stop_ids.end(), id) == s.stop_ids.end())
+      s.stop_ids.push_back(id);
   return s;
 }
 

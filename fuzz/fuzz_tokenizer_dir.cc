@@ -27,7 +27,8 @@ std::filesystem::path scratch_dir() {
     std::filesystem::create_directories(dir);
     // A 400-piece model (the sentencepiece target's seed): loading the 5000-piece KJV one for every
     // input held the target to ~13 inputs a second.
-    std::filesystem::copy_file(MIXSERVE_SOURCE_DIR "/fuzz/corpus/sentencepiece_model/unigram_identity_byte_fallback",
+    std::filesystem::copy_file(MIXSERVE_SOURCE_DIR
+                               "/fuzz/corpus/sentencepiece_model/unigram_identity_byte_fallback",
                                dir / "tokenizer.model");
   }
   return dir;
@@ -38,12 +39,14 @@ std::filesystem::path scratch_dir() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::filesystem::path dir = scratch_dir();
   const std::string input(reinterpret_cast<const char*>(data), size);
-  const char* names[] = {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
+  const char* names[] = {"tokenizer_config.json", "special_tokens_map.json",
+                         "generation_config.json"};
   size_t at = 0;
   for (const char* name : names) {
     const size_t end = std::min(input.find('\0', at), input.size());
     std::filesystem::remove(dir / name);
-    if (at <= input.size() && end > at) std::ofstream(dir / name, std::ios::binary) << input.substr(at, end - at);
+    if (at <= input.size() && end > at)
+      std::ofstream(dir / name, std::ios::binary) << input.substr(at, end - at);
     at = end + 1;
   }
   try {
@@ -51,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(s.tokenizer != nullptr);
     const int V = s.tokenizer->vocab_size();
     for (int32_t id : {s.bos_id, s.eos_id, s.pad_id}) FUZZ_CHECK(id >= -1 && id < V);
-    FUZZ_CHECK(!s.add_bos || (s.prompt_prefix.size() == 1 && s.prompt_prefix[0] == s.bos_id && s.bos_id >= 0));
+    FUZZ_CHECK(!s.add_bos ||
+               (s.prompt_prefix.size() == 1 && s.prompt_prefix[0] == s.bos_id && s.bos_id >= 0));
     for (size_t i = 0; i < s.stop_ids.size(); ++i) {
       FUZZ_CHECK(s.stop_ids[i] >= 0 && s.stop_ids[i] < V);
       FUZZ_CHECK(std::count(s.stop_ids.begin(), s.stop_ids.end(), s.stop_ids[i]) == 1);

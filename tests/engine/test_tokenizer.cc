@@ -141,6 +141,19 @@ void expect_streams_exactly(const Tokenizer& tok, const std::vector<int32_t>& co
   EXPECT_EQ(detok.flush(), "") << label;
 }
 
+// text's tokens split into a prompt and a generation at every token.
+void expect_streams_at_every_split(const Tokenizer& tok, const std::string& text) {
+  const std::vector<int32_t> ids = tok.encode(text);
+  for (size_t split = 0; split <= ids.size(); ++split) {
+    const std::vector<int32_t> context(ids.begin(), ids.begin() + split);
+    // A prompt is text, so it never ends inside a character; skip splits that would.
+    const std::string base = tok.decode(context);
+    if (base.size() >= 3 && base.compare(base.size() - 3, 3, "\xEF\xBF\xBD") == 0) continue;
+    expect_streams_exactly(tok, context, std::vector<int32_t>(ids.begin() + split, ids.end()),
+                           text + " split at " + std::to_string(split));
+  }
+}
+
 TEST(IncrementalDetokenizer, StreamsExactlyTheDecodedTextAtEverySplit) {
   auto tok = kjv();
   for (const std::string text :
@@ -148,15 +161,7 @@ TEST(IncrementalDetokenizer, StreamsExactlyTheDecodedTextAtEverySplit) {
         "  leading spaces and trailing  ", "😀😀 ∑∫ Ελληνικά, 日本語 and ascii",
         "a\xF0\x9F\x98\x80"
         "b"}) {
-    const std::vector<int32_t> ids = tok->encode(text);
-    for (size_t split = 0; split <= ids.size(); ++split) {
-      const std::vector<int32_t> context(ids.begin(), ids.begin() + split);
-      // A prompt is text, so it never ends inside a character; skip splits that would.
-      const std::string base = tok->decode(context);
-      if (base.size() >= 3 && base.compare(base.size() - 3, 3, "\xEF\xBF\xBD") == 0) continue;
-      expect_streams_exactly(*tok, context, std::vector<int32_t>(ids.begin() + split, ids.end()),
-                             text + " split at " + std::to_string(split));
-    }
+    expect_streams_at_every_split(*tok, text);
   }
 }
 
@@ -204,16 +209,11 @@ TEST(IncrementalDetokenizer, StreamsByteLevelTokensExactly) {
   const std::string path = ::testing::TempDir() + "/tiny_tokenizer.json";
   std::ofstream(path) << tiny_byte_level_tokenizer_json(false);
   const std::unique_ptr<Tokenizer> tok = load_tokenizer_json(path);
-  for (const std::string text : {"naïve café — 東京 😀👨‍👩‍👧", "hi there\n\thi", "a\xF0\x9F\x98\x80" "b"}) {
-    const std::vector<int32_t> ids = tok->encode(text);
-    EXPECT_EQ(tok->decode(ids), text);
-    for (size_t split = 0; split <= ids.size(); ++split) {
-      const std::vector<int32_t> context(ids.begin(), ids.begin() + split);
-      const std::string base = tok->decode(context);
-      if (base.size() >= 3 && base.compare(base.size() - 3, 3, "\xEF\xBF\xBD") == 0) continue;
-      expect_streams_exactly(*tok, context, std::vector<int32_t>(ids.begin() + split, ids.end()),
-                             text + " split at " + std::to_string(split));
-    }
+  for (const std::string text : {"naïve café — 東京 😀👨‍👩‍👧", "hi there\n\thi",
+                                 "a\xF0\x9F\x98\x80"
+                                 "b"}) {
+    EXPECT_EQ(tok->decode(tok->encode(text)), text);
+    expect_streams_at_every_split(*tok, text);
   }
   // Random bytes (mostly invalid UTF-8) and the special tokens, which decode skips.
   std::mt19937 rng(7);
@@ -239,7 +239,6 @@ TEST(Tokenizer, MissingFileIsAClearError) {
 // mixserve's own sentencepiece BPE implementation gives exactly what the sentencepiece library
 // gives (tests/golden/tokenizer_cases.json, written by reference/tokenizer_cases.py).
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace mixserve {
@@ -252,7 +251,8 @@ TEST(TokenizerMatchesSentencepiece, EncodeAndDecodeCases) {
   int encoded = 0, decoded = 0;
   for (const auto& c : cases["encode"]) {
     const std::string text = c["text"];
-    EXPECT_EQ(tok->encode(text), c["ids"].get<std::vector<int32_t>>()) << "encode \"" << text << "\"";
+    EXPECT_EQ(tok->encode(text), c["ids"].get<std::vector<int32_t>>())
+        << "encode \"" << text << "\"";
     ++encoded;
   }
   for (const auto& c : cases["decode"]) {

@@ -1,11 +1,11 @@
 // How a model directory's tokenizer is chosen and configured (engine/tokenizer_dir.h): the file by
-// what the directory holds, bos/eos/pad/add_bos_token and stop tokens from the JSON files beside it.
+// what the directory holds, bos/eos/pad/add_bos_token and stop tokens from the JSON files beside
+// it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <unistd.h>
 
 #include "engine/model_error.h"
 #include "engine/tokenizer_dir.h"
@@ -26,9 +26,12 @@ class TokenizerDir : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
   void copy_kjv_model() {
-    fs::copy_file(fs::path(MIXSERVE_SOURCE_DIR) / "models" / "tokenizer.model", dir_ / "tokenizer.model");
+    fs::copy_file(fs::path(MIXSERVE_SOURCE_DIR) / "models" / "tokenizer.model",
+                  dir_ / "tokenizer.model");
   }
   void write_tiny_tokenizer_json(bool with_bos_template) {
     write("tokenizer.json", tiny_byte_level_tokenizer_json(with_bos_template));
@@ -84,7 +87,8 @@ TEST_F(TokenizerDir, SpecialTokensMapOverridesTokenizerConfigAsTransformersDoes)
 
 TEST_F(TokenizerDir, GenerationConfigAddsStopTokens) {
   copy_kjv_model();
-  write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [2, 7, 2], "pad_token_id": 0})");
+  write("generation_config.json",
+        R"({"bos_token_id": 1, "eos_token_id": [2, 7, 2], "pad_token_id": 0})");
   TokenizerSetup s = load_tokenizer_dir(dir_.string());
   EXPECT_EQ(s.stop_ids, (std::vector<int32_t>{2, 7}));
   EXPECT_EQ(s.pad_id, 0);
@@ -102,7 +106,8 @@ TEST_F(TokenizerDir, BadConfigurationIsOneLineNamingTheFile) {
   expect_error("tokenizer_config.json: not valid JSON");
   fs::remove(dir_ / "tokenizer_config.json");
   write("generation_config.json", R"({"eos_token_id": [2, 99999]})");
-  expect_error("generation_config.json: eos_token_id 99999 is outside the tokenizer's vocabulary [0, 5000)");
+  expect_error(
+      "generation_config.json: eos_token_id 99999 is outside the tokenizer's vocabulary [0, 5000)");
   write("generation_config.json", R"({"eos_token_id": "2"})");
   expect_error("generation_config.json: eos_token_id must be a token id");
 }
@@ -124,8 +129,10 @@ TEST_F(TokenizerDir, TokenizerJsonComesFirstAndBringsItsTemplate) {
   EXPECT_EQ(s.tokenizer->kind(), "tokenizer.json-bpe");
   EXPECT_EQ(s.prompt_prefix, std::vector<int32_t>{257});
   EXPECT_EQ(s.tokenizer->encode("hi!"), (std::vector<int32_t>{256, '!'}));
-  // add_bos_token false in tokenizer_config.json turns the template's BOS off, as transformers does.
-  write("tokenizer_config.json", R"({"add_bos_token": false, "bos_token": "<|bos|>", "eos_token": "<|end|>"})");
+  // add_bos_token false in tokenizer_config.json turns the template's BOS off, as transformers
+  // does.
+  write("tokenizer_config.json",
+        R"({"add_bos_token": false, "bos_token": "<|bos|>", "eos_token": "<|end|>"})");
   s = load_tokenizer_dir(dir_.string());
   EXPECT_TRUE(s.prompt_prefix.empty());
   EXPECT_EQ(s.eos_id, 258);

@@ -5,12 +5,10 @@
 // committed) and the oracles' ids for the prompts: Hugging Face's tokenizers (Rust), and
 // gpt-3-encoder (GPT-2's encoder in JavaScript) for the prompts without a special token, which
 // it reads as plain text where transformers and vLLM match it whole.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include <grpcpp/grpcpp.h>
-
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "mixserve/v1/generation.grpc.pb.h"
@@ -27,12 +25,14 @@ class RealTokenizers : public ::testing::Test {
     // Shared by every build tree and test process (ctest runs each test in its own): made once.
     work_ = new std::string(source_dir() + "/build/tokenizer-oracles/gpt2-small");
     int rc = -1;
-    const std::string out = run(source_dir() + "/tests/tokenizer/prepare_gpt2_small.sh " + *work_ + " 2>&1", &rc);
+    const std::string out =
+        run(source_dir() + "/tests/tokenizer/prepare_gpt2_small.sh " + *work_ + " 2>&1", &rc);
     ASSERT_EQ(rc, 0) << out;
     std::ifstream f(*work_ + "/expected.json");
     expected_ = new json(json::parse(f));
-    server_ = new ServerProcess({"--model", *work_ + "/gpt2-small", "--served-model-name", "gpt2", "--model",
-                                 *work_ + "/gpt2-small-json", "--served-model-name", "gpt2-json", "--threads", "2"});
+    server_ = new ServerProcess({"--model", *work_ + "/gpt2-small", "--served-model-name", "gpt2",
+                                 "--model", *work_ + "/gpt2-small-json", "--served-model-name",
+                                 "gpt2-json", "--threads", "2"});
     channel_ = new std::shared_ptr<grpc::Channel>(
         grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
   }
@@ -42,8 +42,10 @@ class RealTokenizers : public ::testing::Test {
     delete expected_;
     delete work_;
   }
-  static json complete(const std::string& model, const std::string& prompt, int max_tokens, bool logprobs = false) {
-    json req = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+  static json complete(const std::string& model, const std::string& prompt, int max_tokens,
+                       bool logprobs = false) {
+    json req = {
+        {"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
     if (logprobs) req["logprobs"] = 1;
     HttpResult r = post_json(server_->http_url("/v1/completions"), req.dump());
     EXPECT_EQ(r.status, 200) << r.body;
@@ -56,7 +58,9 @@ class RealTokenizers : public ::testing::Test {
     std::ofstream(script) << "const {decode} = require('gpt-3-encoder');\n"
                              "process.stdout.write(decode(JSON.parse(process.argv[2])));\n";
     int rc = -1;
-    std::string out = run("NODE_PATH=" + *work_ + "/node/node_modules node " + script + " '" + json(ids).dump() + "'", &rc);
+    std::string out = run(
+        "NODE_PATH=" + *work_ + "/node/node_modules node " + script + " '" + json(ids).dump() + "'",
+        &rc);
     EXPECT_EQ(rc, 0) << out;
     return out;
   }
@@ -96,7 +100,8 @@ TEST_F(RealTokenizers, PromptTokensAreTheOraclesOverRestAndGrpc) {
     const std::string prompt = prompts[i];
     const std::vector<int32_t> ids = (*expected_)["ids"][i];
     if (prompt.find("<|endoftext|>") == std::string::npos)
-      EXPECT_EQ(ids, (*expected_)["gpt3_ids"][i].get<std::vector<int32_t>>()) << "the two oracles differ: " << prompt;
+      EXPECT_EQ(ids, (*expected_)["gpt3_ids"][i].get<std::vector<int32_t>>())
+          << "the two oracles differ: " << prompt;
     for (const char* model : {"gpt2", "gpt2-json"}) {
       json res = complete(model, prompt, 1);
       EXPECT_EQ(res["usage"]["prompt_tokens"], ids.size()) << model << ": " << prompt;
@@ -106,7 +111,8 @@ TEST_F(RealTokenizers, PromptTokensAreTheOraclesOverRestAndGrpc) {
       tr.set_text(prompt);
       v1::TokenizeResponse tres;
       ASSERT_TRUE(stub->Tokenize(&ctx, tr, &tres).ok());
-      EXPECT_EQ(std::vector<int32_t>(tres.token_ids().begin(), tres.token_ids().end()), ids) << model << ": " << prompt;
+      EXPECT_EQ(std::vector<int32_t>(tres.token_ids().begin(), tres.token_ids().end()), ids)
+          << model << ": " << prompt;
     }
   }
 }
@@ -135,7 +141,11 @@ TEST_F(RealTokenizers, GeneratedTextIsTheOraclesDecodeOfTheTokensStreamedOrNot) 
     ASSERT_EQ(ids.size(), 24u);
     EXPECT_EQ(grpc_text, oracle_decode(ids)) << model;
     // REST, whole and streamed, gives the same text.
-    json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+    json body = {{"model", model},
+                 {"prompt", prompt},
+                 {"max_tokens", 24},
+                 {"temperature", 0},
+                 {"ignore_eos", true}};
     HttpResult whole = post_json(server_->http_url("/v1/completions"), body.dump());
     ASSERT_EQ(whole.status, 200) << whole.body;
     EXPECT_EQ(json::parse(whole.body)["choices"][0]["text"], grpc_text) << model;
@@ -144,7 +154,8 @@ TEST_F(RealTokenizers, GeneratedTextIsTheOraclesDecodeOfTheTokensStreamedOrNot) 
     std::string text;
     std::istringstream lines(streamed.body);
     for (std::string line; std::getline(lines, line);)
-      if (line.rfind("data: {", 0) == 0) text += json::parse(line.substr(6))["choices"][0]["text"].get<std::string>();
+      if (line.rfind("data: {", 0) == 0)
+        text += json::parse(line.substr(6))["choices"][0]["text"].get<std::string>();
     EXPECT_EQ(text, grpc_text) << model;
   }
 }

@@ -4,7 +4,8 @@
 
 namespace mixserve {
 
-// A tiny byte-level BPE tokenizer.json: the 256 byte symbols, one merge ("h" "i"), two added tokens.
+// A tiny byte-level BPE tokenizer.json: the 256 byte symbols, one merge ("h" "i"), two added
+// tokens.
 std::string tiny_byte_level_tokenizer_json(bool with_bos_template) {
   std::string vocab;
   // GPT-2's byte-to-symbol map: printable Latin-1 bytes stand for themselves, the rest are
@@ -15,7 +16,8 @@ std::string tiny_byte_level_tokenizer_json(bool with_bos_template) {
     const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
     const int cp = printable ? b : next++;
     std::string u;
-    if (cp < 0x80) u = std::string(1, static_cast<char>(cp));
+    if (cp < 0x80)
+      u = std::string(1, static_cast<char>(cp));
     else {
       u += static_cast<char>(0xC0 | (cp >> 6));
       u += static_cast<char>(0x80 | (cp & 0x3F));
@@ -39,11 +41,13 @@ std::string tiny_byte_level_tokenizer_json(bool with_bos_template) {
       {"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
     "normalizer": null,
     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-    "post_processor": )" + post + R"(,
+    "post_processor": )" +
+         post + R"(,
     "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
     "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
               "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-              "vocab": {)" + vocab + R"(}, "merges": ["h i"]}})";
+              "vocab": {)" +
+         vocab + R"(}, "merges": ["h i"]}})";
 }
 
 }  // namespace mixserve
