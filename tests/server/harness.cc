@@ -18,11 +18,14 @@ namespace mixserve::testing {
 
 namespace fs = std::filesystem;
 
-std::string source_dir() { return MIXSERVE_SOURCE_DIR; }
+std::string source_dir() {
+  return MIXSERVE_SOURCE_DIR;
+}
 
 std::string temp_dir() {
   static int n = 0;
-  const fs::path p = fs::temp_directory_path() / ("mixserve-it-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+  const fs::path p = fs::temp_directory_path() /
+                     ("mixserve-it-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
   fs::create_directories(p);
   static std::vector<fs::path> made;
   static struct Cleanup {
@@ -34,10 +37,13 @@ std::string temp_dir() {
   return p.string();
 }
 
-ServerProcess::ServerProcess(std::vector<std::string> args) {
+ServerProcess::ServerProcess(std::vector<std::string> args, std::chrono::seconds start_timeout) {
   log_ = temp_dir() + "/server.log";
-  std::vector<std::string> argv = {MIXSERVE_BINARY, "serve", "--grpc-port", "0", "--http-port", "0", "--threads", "2",
-                                   "--static-dir", source_dir() + "/clients/playground"};
+  std::vector<std::string> argv = {MIXSERVE_BINARY, "serve",
+                                   "--grpc-port",   "0",
+                                   "--http-port",   "0",
+                                   "--threads",     "2",
+                                   "--static-dir",  source_dir() + "/clients/playground"};
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -64,8 +70,14 @@ ServerProcess::ServerProcess(std::vector<std::string> args) {
         int status;
         return waitpid(pid_, &status, WNOHANG) == pid_ && (pid_ = -1, true);
       },
-      std::chrono::seconds(30));
-  if (!up || pid_ < 0) throw std::runtime_error("the server did not start:\n" + output());
+      start_timeout);
+  if (!up || pid_ < 0) {
+    if (pid_ > 0) {  // still starting: the destructor will not run, so stop it here
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    throw std::runtime_error("the server did not start:\n" + output());
+  }
 }
 
 ServerProcess::~ServerProcess() {
@@ -122,9 +134,11 @@ std::string quote(const std::string& s) {
 }
 }  // namespace
 
-HttpResult curl(const std::string& url, const std::vector<std::string>& args, const std::string& body, bool post) {
+HttpResult curl(const std::string& url, const std::vector<std::string>& args,
+                const std::string& body, bool post) {
   const std::string dir = temp_dir();
-  std::string cmd = "curl -sS --max-time 60 -D " + dir + "/headers -o " + dir + "/body -w '%{http_code}'";
+  std::string cmd =
+      "curl -sS --max-time 60 -D " + dir + "/headers -o " + dir + "/body -w '%{http_code}'";
   if (post || !body.empty()) {
     std::ofstream(dir + "/request") << body;
     cmd += " -H 'Content-Type: application/json' --data-binary @" + dir + "/request";
@@ -150,7 +164,8 @@ HttpResult curl(const std::string& url, const std::vector<std::string>& args, co
   return r;
 }
 
-HttpResult post_json(const std::string& url, const std::string& json, const std::vector<std::string>& args) {
+HttpResult post_json(const std::string& url, const std::string& json,
+                     const std::vector<std::string>& args) {
   return curl(url, args, json, true);
 }
 

@@ -17,8 +17,10 @@ std::string temp_dir();  // a fresh directory, removed at exit
 
 class ServerProcess {
  public:
-  // Starts `mixserve serve --grpc-port 0 --http-port 0 <args>` and waits for its listening line.
-  explicit ServerProcess(std::vector<std::string> args);
+  // Starts `mixserve serve --grpc-port 0 --http-port 0 <args>` and waits up to start_timeout for
+  // its listening line; throws (having killed it) when it does not come.
+  explicit ServerProcess(std::vector<std::string> args,
+                         std::chrono::seconds start_timeout = std::chrono::seconds(30));
   ~ServerProcess();  // SIGKILL if still running
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
@@ -43,9 +45,10 @@ struct HttpResult {
 };
 
 // Runs curl with the given extra arguments against url (body via --data-binary @file when set).
-HttpResult curl(const std::string& url, const std::vector<std::string>& args = {}, const std::string& body = "",
-                bool post = false);
-HttpResult post_json(const std::string& url, const std::string& json, const std::vector<std::string>& args = {});
+HttpResult curl(const std::string& url, const std::vector<std::string>& args = {},
+                const std::string& body = "", bool post = false);
+HttpResult post_json(const std::string& url, const std::string& json,
+                     const std::vector<std::string>& args = {});
 
 // Polls fn every 20 ms until it returns true or timeout passes.
 bool wait_until(const std::function<bool()>& fn, std::chrono::milliseconds timeout);

@@ -27,16 +27,33 @@ class RealTokenizers : public ::testing::Test {
     int rc = -1;
     const std::string out =
         run(source_dir() + "/tests/tokenizer/prepare_gpt2_small.sh " + *work_ + " 2>&1", &rc);
-    ASSERT_EQ(rc, 0) << out;
+    if (rc != 0) {
+      start_error_ = new std::string("prepare_gpt2_small.sh failed:\n" + out);
+      return;
+    }
     std::ifstream f(*work_ + "/expected.json");
     expected_ = new json(json::parse(f));
-    server_ = new ServerProcess({"--model", *work_ + "/gpt2-small", "--served-model-name", "gpt2",
-                                 "--model", *work_ + "/gpt2-small-json", "--served-model-name",
-                                 "gpt2-json", "--threads", "2"});
+    // Two 124M-parameter models: an ASan build takes far longer than the usual 30 s to load them.
+    // Set-up that fails fails every test (SetUp), where an exception or assertion here would only
+    // have skipped them.
+    try {
+      server_ = new ServerProcess(
+          {"--model", *work_ + "/gpt2-small", "--served-model-name", "gpt2", "--model",
+           *work_ + "/gpt2-small-json", "--served-model-name", "gpt2-json", "--threads", "2"},
+          std::chrono::seconds(300));
+    } catch (const std::exception& e) {
+      start_error_ = new std::string(e.what());
+      return;
+    }
     channel_ = new std::shared_ptr<grpc::Channel>(
         grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
   }
+  void SetUp() override {
+    ASSERT_EQ(start_error_, nullptr) << *start_error_;
+    ASSERT_NE(server_, nullptr);
+  }
   static void TearDownTestSuite() {
+    delete start_error_;
     delete channel_;
     delete server_;
     delete expected_;
@@ -65,11 +82,13 @@ class RealTokenizers : public ::testing::Test {
     return out;
   }
   static std::string* work_;
+  static std::string* start_error_;
   static json* expected_;
   static ServerProcess* server_;
   static std::shared_ptr<grpc::Channel>* channel_;
 };
 std::string* RealTokenizers::work_ = nullptr;
+std::string* RealTokenizers::start_error_ = nullptr;
 json* RealTokenizers::expected_ = nullptr;
 ServerProcess* RealTokenizers::server_ = nullptr;
 std::shared_ptr<grpc::Channel>* RealTokenizers::channel_ = nullptr;
