@@ -36,12 +36,9 @@ LoadedModel load_model_dir(const std::string& dir) {
                        " tokens but config.json's vocab_size is " +
                        std::to_string(m.config.vocab_size));
     m.tokenizer = std::move(t.tokenizer);
-    m.tokenizer_files = t.files;
     m.prompt_prefix = std::move(t.prompt_prefix);
     for (int32_t id : t.stop_ids)
       if (!m.is_stop(id)) m.stop_ids.push_back(id);
-    if (m.config.eos_id < 0) m.config.eos_id = t.eos_id;
-    if (m.config.bos_id < 0) m.config.bos_id = t.bos_id;
   }
   return m;
 }

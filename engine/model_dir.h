@@ -18,7 +18,6 @@ struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer
-  std::string tokenizer_files;           // "tokenizer.json", "tokenizer.model", ...
   std::vector<int32_t> prompt_prefix;    // ids every text prompt starts with (BOS)
   // Tokens that end a generation unless a request ignores EOS: config.json's eos_token_id, the
   // tokenizer's eos_token and generation_config.json's eos_token_id list.

