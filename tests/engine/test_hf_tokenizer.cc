@@ -109,7 +109,17 @@ TEST(HfTokenizer, MalformedFilesAreOneClearLine) {
   expect_refused(j.dump(), "unsupported split behavior \"Sideways\"");
   j = tiny();
   j["model"]["vocab"]["h"] = "seven";
-  expect_refused(j.dump(), "type must be number");
+  expect_refused(j.dump(), "token id \"seven\" is not an integer in [0, 2147483647]");
+  // Ids that are floats, negative or past int32 (a float past int's range was undefined
+  // behaviour in nlohmann's get<int32_t>, found by fuzz_tokenizer_json).
+  for (const json& bad : {json(9e14), json(1.5), json(-1), json(uint64_t(1) << 40)}) {
+    j = tiny();
+    j["model"]["vocab"]["h"] = bad;
+    expect_refused(j.dump(), "token id " + bad.dump() + " is not an integer");
+    j = tiny();
+    j["added_tokens"][0]["id"] = bad;
+    expect_refused(j.dump(), "added token id " + bad.dump() + " is not an integer");
+  }
 }
 
 TEST(HfTokenizer, VocabMergesErrorsNameTheFile) {

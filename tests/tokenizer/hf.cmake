@@ -7,4 +7,4 @@ target_compile_options(hf_oracle_tests PRIVATE ${MIXSERVE_WARNINGS})
 add_test(NAME hf_tokenizer_oracles
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/hf_oracle_test.sh ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/build/tokenizer-oracles/hf
                  $<TARGET_FILE:hf_oracle_tests>)
-set_tests_properties(hf_tokenizer_oracles PROPERTIES TIMEOUT 900)
+set_tests_properties(hf_tokenizer_oracles PROPERTIES TIMEOUT 900 LABELS oracle)

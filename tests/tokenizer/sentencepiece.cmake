@@ -10,4 +10,4 @@ target_compile_options(sp_oracle_test PRIVATE ${MIXSERVE_WARNINGS})
 add_test(NAME tokenizer_sentencepiece_oracle
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/sp_oracle_run.sh ${MIXSERVE_SP_PYTHON}
                  ${CMAKE_SOURCE_DIR}/build/tokenizer-oracles/sp $<TARGET_FILE:sp_oracle_test>)
-set_tests_properties(tokenizer_sentencepiece_oracle PROPERTIES TIMEOUT 900 PROCESSORS 2)
+set_tests_properties(tokenizer_sentencepiece_oracle PROPERTIES TIMEOUT 900 PROCESSORS 2 LABELS oracle)

@@ -206,8 +206,9 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j) {
   if (type == "Fuse") return std::make_unique<Fuse>();
   if (type == "Strip")
     return std::make_unique<StripDecoder>(
-        one_char(j.at("content").get<std::string>(), "Strip content"), j.at("start").get<size_t>(),
-        j.at("stop").get<size_t>());
+        one_char(j.at("content").get<std::string>(), "Strip content"),
+        size_t(json_uint(j.at("start"), "Strip start")),
+        size_t(json_uint(j.at("stop"), "Strip stop")));
   if (type == "Replace")
     return std::make_unique<ReplaceDecoder>(make_pattern_regex(j.at("pattern")),
                                             j.at("content").get<std::string>());

@@ -17,6 +17,12 @@
 
 namespace mixserve::hf {
 
+// ---- JSON ----
+// A non-negative integer of a tokenizer file no greater than max, or std::runtime_error naming
+// what it is. nlohmann's get<int32_t>() converts a float with a plain cast (undefined behaviour
+// past the type's range, found by fuzz_tokenizer_json) and wraps large integers silently.
+int64_t json_uint(const nlohmann::json& j, const char* what, int64_t max = INT32_MAX);
+
 // ---- UTF-8 (utf8.cc) ----
 // Decodes the code point at s[i] (s is valid UTF-8) and advances i.
 char32_t next_cp(std::string_view s, size_t& i);

@@ -11,6 +11,15 @@
 
 namespace mixserve {
 
+int64_t hf::json_uint(const nlohmann::json& j, const char* what, int64_t max) {
+  if (!j.is_number_integer() ||
+      (j.is_number_unsigned() ? j.get<uint64_t>() > uint64_t(max)
+                              : j.get<int64_t>() < 0 || j.get<int64_t>() > max))
+    throw std::runtime_error(std::string(what) + " " + j.dump() + " is not an integer in [0, " +
+                             std::to_string(max) + "]");
+  return j.get<int64_t>();
+}
+
 namespace {
 
 using nlohmann::json;
@@ -47,7 +56,7 @@ hf::BpeConfig bpe_config(const json& m) {
   if (!vocab.is_object()) throw std::runtime_error("model.vocab is not an object");
   c.vocab.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    c.vocab.emplace(it.key(), it.value().get<int32_t>());
+    c.vocab.emplace(it.key(), int32_t(hf::json_uint(it.value(), "token id")));
   for (const json& merge : m.at("merges")) {
     if (merge.is_string()) {
       const std::string s = merge.get<std::string>();
@@ -85,12 +94,13 @@ std::vector<int32_t> post_prefix(const json& p, const hf::HfTokenizer& tok) {
       if (!st.contains(name))
         throw std::runtime_error("TemplateProcessing names the special token \"" + name +
                                  "\" without defining it");
-      for (const json& id : st[name].at("ids")) ids.push_back(id.get<int32_t>());
+      for (const json& id : st[name].at("ids"))
+        ids.push_back(int32_t(hf::json_uint(id, "special token id")));
     }
     return ids;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing")
-    return {p.at("cls").at(1).get<int32_t>()};
+    return {int32_t(hf::json_uint(p.at("cls").at(1), "cls token id"))};
   if (type == "Sequence") {
     std::vector<int32_t> ids;
     for (const json& q : p.at("processors")) {
@@ -114,7 +124,7 @@ std::unique_ptr<Tokenizer> parse_tokenizer_json(const std::string& text) {
   if (present(j, "added_tokens")) {
     for (const json& a : j["added_tokens"]) {
       hf::AddedToken t;
-      t.id = a.at("id").get<int32_t>();
+      t.id = int32_t(hf::json_uint(a.at("id"), "added token id"));
       t.content = a.at("content").get<std::string>();
       t.special = a.value("special", false);
       t.single_word = a.value("single_word", false);
@@ -168,7 +178,7 @@ std::unique_ptr<Tokenizer> load_gpt2_vocab_merges_from_memory(const std::string&
     const json v = json::parse(vocab_text);
     if (!v.is_object()) throw std::runtime_error("not a JSON object of token: id");
     for (auto it = v.begin(); it != v.end(); ++it)
-      c.vocab.emplace(it.key(), it.value().get<int32_t>());
+      c.vocab.emplace(it.key(), int32_t(hf::json_uint(it.value(), "token id")));
     return nullptr;
   });
   with_file_name(merges_name, [&]() -> std::unique_ptr<Tokenizer> {
