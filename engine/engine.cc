@@ -388,6 +388,7 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   r.total = static_cast<int32_t>(r.tokens.size());
   const bool stopped =
       r.detok && r.stop->stopped();  // stop strings match text: none without a tokenizer
+  if (stopped && r.p.include_stop_str_in_output) out.text += r.stop->matched();
   const bool length =
       r.generated >= r.max_tokens || static_cast<int64_t>(r.tokens.size()) >= c.max_seq_len;
   if (!stopped && !length) return r.sink(std::move(out));

@@ -25,6 +25,7 @@ struct GenerateParams {
   std::optional<uint64_t> seed;        // unset: a random seed per request
   bool return_logprob = false;         // the chosen token's logprob even when logprobs == 0
   std::vector<std::string> stop;        // stop strings, matched across token boundaries
+  bool include_stop_str_in_output = false;  // the matched stop string ends the text (vLLM)
   std::vector<int32_t> stop_token_ids;  // tokens that end generation (not returned)
   bool ignore_eos = false;
   int32_t priority = 0;                 // lower runs first (vLLM's convention); ties FCFS

@@ -89,6 +89,38 @@ std::unique_ptr<Tokenizer> open_tokenizer(const fs::path& p, std::string& files)
   return nullptr;
 }
 
+void read_chat_template(const fs::path& p, const json& config, const fs::path& config_path,
+                        TokenizerSetup& s) {
+  const fs::path jinja = p / "chat_template.jinja";
+  if (fs::exists(jinja)) {
+    std::ifstream f(jinja, std::ios::binary);
+    if (!f) throw ModelError(jinja.string() + ": cannot read it");
+    s.chat_template.assign(std::istreambuf_iterator<char>(f), {});
+    s.chat_template_file = jinja.string();
+    return;
+  }
+  if (config.is_null() || !config.contains("chat_template") || config["chat_template"].is_null())
+    return;
+  const json& t = config["chat_template"];
+  s.chat_template_file = config_path.string();
+  if (t.is_string()) {
+    s.chat_template = t.get<std::string>();
+    return;
+  }
+  if (t.is_array()) {  // named templates (transformers): "default" is the chat template
+    for (const json& named : t)
+      if (named.is_object() && named.value("name", json()) == "default" &&
+          named.contains("template") && named["template"].is_string()) {
+        s.chat_template = named["template"].get<std::string>();
+        return;
+      }
+    s.chat_template_file.clear();
+    return;  // tool-use or RAG templates only: no chat template
+  }
+  throw ModelError(config_path.string() +
+                   ": chat_template must be a string or a list of {\"name\", \"template\"}");
+}
+
 }  // namespace
 
 TokenizerSetup load_tokenizer_dir(const std::string& dir) {
@@ -136,6 +168,10 @@ TokenizerSetup load_tokenizer_dir(const std::string& dir) {
     s.prompt_prefix = tok.template_prefix();
     s.add_bos = !s.prompt_prefix.empty() && s.prompt_prefix.front() == s.bos_id;
   }
+
+  if (s.bos_id >= 0) s.bos_token = tok.id_to_piece(s.bos_id);
+  if (s.eos_id >= 0) s.eos_token = tok.id_to_piece(s.eos_id);
+  read_chat_template(p, config, config_path, s);
 
   if (s.eos_id >= 0) s.stop_ids.push_back(s.eos_id);
   for (int32_t id : gen_eos)

@@ -23,6 +23,12 @@ struct TokenizerSetup {
   std::vector<int32_t> prompt_prefix;
   // Tokens that end a generation: eos and generation_config.json's eos_token_id list.
   std::vector<int32_t> stop_ids;
+  // bos and eos as text, the values of a chat template's bos_token and eos_token ("" if none).
+  std::string bos_token, eos_token;
+  // The Jinja chat template's source ("" when the directory has none) and the file it came from:
+  // chat_template.jinja (transformers' own file since 4.43), else tokenizer_config.json's
+  // chat_template (a string, or a list of {"name", "template"} whose "default" is used).
+  std::string chat_template, chat_template_file;
 };
 
 // Throws ModelError with one line naming the file and the reason: a malformed or unsupported

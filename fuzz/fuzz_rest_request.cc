@@ -1,4 +1,5 @@
-// A POST /v1/completions body, as the REST gateway handles it: parse_completion_body, then the
+// A POST /v1/completions or /v1/chat/completions body (one with "messages"), as the REST gateway
+// handles it: parse_completion_body, then the
 // shared validate_request against the default model. Every body is accepted or rejected with
 // an ApiError (400, a message, never an exception). For an accepted body:
 // - every number reaches the request as the JSON holds it (no wrap-around, no narrowing),
@@ -92,10 +93,28 @@ void check_numbers(const json& body, const CompletionRequest& c) {
   }
 }
 
+// A /v1/chat/completions body: accepted or one ApiError; an accepted one renders with the
+// served model's ChatML template and validates, or is refused with an ApiError.
+void chat_body(const std::string& text) {
+  CompletionRequest c;
+  if (auto e = parse_chat_body(text, c)) return fuzz::check_rejected(*e);
+  FUZZ_CHECK(c.chat && c.api.chat && !c.api.prompt_text && !c.api.prompt_ids);
+  FUZZ_CHECK(c.api.chat->messages.is_array() && !c.api.chat->messages.empty());
+  GenerateParams p;
+  if (auto e = validate_request(c.api, fuzz::served_model(), fuzz::fuzz_limits(), p))
+    fuzz::check_rejected(*e);
+  else
+    fuzz::check_validated(c.api, p);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
+  if (text.find("\"messages\"") != std::string::npos) {
+    chat_body(text);
+    return 0;
+  }
   CompletionRequest c;
   if (auto e = parse_completion_body(text, c)) {
     fuzz::check_rejected(*e);

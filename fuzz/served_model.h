@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/chat_template.h"
 #include "engine/engine.h"
 #include "engine/model_config.h"
 #include "engine/null_backend.h"
@@ -25,6 +26,12 @@ inline ServedModel& served_model() {
     s->engine = std::make_unique<Engine>(
         s->model, std::make_unique<NullBackend>(s->model.config, int64_t{1} << 20));
     s->backend = "null";
+    // ChatML, so that chat bodies get rendered, encoded and validated too.
+    s->model.bos_token = "<s>";
+    s->model.set_chat_template(
+        "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        "fuzz/chatml.jinja");
     return s;
   }();
   return *served;
@@ -49,12 +56,20 @@ inline void check_validated(const ApiRequest& req, const GenerateParams& p) {
   for (int32_t t : p.stop_token_ids) FUZZ_CHECK(t >= 0 && t < cfg.vocab_size);
   FUZZ_CHECK(p.deadline.has_value() == req.timeout_s.has_value());
   FUZZ_CHECK(served.engine->validate(p).empty());
-  if (req.prompt_text) {
+  std::vector<int32_t> want;  // the prompt as given, encoded, truncated
+  if (req.chat) {
+    want = p.prompt;  // rendered by the template: checked by the template's own tests
+  } else if (req.prompt_text) {
     FUZZ_CHECK(is_utf8(*req.prompt_text));
-    FUZZ_CHECK(p.prompt == served.model.encode_prompt(*req.prompt_text));
+    want = req.add_special_tokens ? served.model.encode_prompt(*req.prompt_text)
+                                  : served.model.encode_text(*req.prompt_text);
   } else {
-    FUZZ_CHECK(req.prompt_ids && p.prompt == *req.prompt_ids);
+    FUZZ_CHECK(req.prompt_ids.has_value());
+    want = *req.prompt_ids;
   }
+  if (req.truncate_prompt_tokens > 0 && want.size() > size_t(req.truncate_prompt_tokens))
+    want.erase(want.begin(), want.end() - req.truncate_prompt_tokens);
+  FUZZ_CHECK(p.prompt == want);
   // Everything but the prompt and the deadline passes through unchanged.
   FUZZ_CHECK(p.max_tokens == req.params.max_tokens && p.stop == req.params.stop &&
              p.stop_token_ids == req.params.stop_token_ids && p.seed == req.params.seed &&

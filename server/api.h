@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,11 +36,30 @@ struct ApiError {
   std::string param;  // the request field at fault, when there is one
 };
 
+// A chat request's conversation (/v1/chat/completions, gRPC Chat): validate_request renders it
+// with the model's chat template into the prompt text.
+struct ChatInput {
+  nlohmann::ordered_json
+      messages;  // [{"role", "content" (a string or null), ...}], as checked by the parser
+  nlohmann::ordered_json tools;  // null when absent
+  nlohmann::ordered_json template_kwargs =
+      nlohmann::ordered_json::object();  // more variables for the template
+  bool add_generation_prompt = true;
+  // The reply goes on from the last (assistant) message: rendered without the generation prompt
+  // and cut after that message's content, as vLLM does.
+  bool continue_final_message = false;
+};
+
 struct ApiRequest {
   std::string model;
   std::optional<std::string> prompt_text;
   std::optional<std::vector<int32_t>> prompt_ids;
-  GenerateParams params;  // everything but the prompt
+  std::optional<ChatInput> chat;  // instead of a prompt
+  // A text prompt starts with the model's prompt prefix (BOS). Chat: false by default, since the
+  // template writes BOS itself (vLLM's default for both routes).
+  bool add_special_tokens = true;
+  int32_t truncate_prompt_tokens = 0;  // > 0: keep only the prompt's last this many tokens
+  GenerateParams params;               // everything but the prompt
   std::optional<double> timeout_s;
 };
 
@@ -87,6 +107,17 @@ class ModelHub {
 
 // UTF-8 validity (prompts and stop strings must be valid text).
 bool valid_utf8(const std::string& s);
+
+// The prompt text a chat request renders to with `served`'s template, or the error: no template
+// (400 naming --chat-template), or the template's own (raise_exception: "roles must alternate").
+std::optional<ApiError> render_chat(const ChatInput& chat, const ServedModel& served,
+                                    std::string& out);
+
+// The prompt's token ids: the ids given, or the text (a chat rendered with the model's template)
+// encoded, with the model's prompt prefix when add_special_tokens, truncated to
+// truncate_prompt_tokens. The checks on the text (size, UTF-8, a tokenizer) come with it.
+std::optional<ApiError> prompt_tokens(const ApiRequest& req, const ServedModel& served,
+                                      const ServerLimits& limits, std::vector<int32_t>& out);
 
 // Every check ModelHub::submit makes on a request for `served` before anything is queued
 // (prompt, lengths, parameters, timeout, then the engine's own validate()). On success `out`

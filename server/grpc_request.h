@@ -17,6 +17,11 @@ class Tokenizer;
 // call's deadline. Out-of-range numbers are clamped so that validation reports them, never wraps.
 ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> timeout_s);
 
+// A Chat call's request: the Generate parameters with the messages as the input. Malformed
+// tools_json / template_kwargs_json or a prompt set in `generate` give an error.
+std::optional<ApiError> to_api_request(const v1::ChatRequest& req, std::optional<double> timeout_s,
+                                       ApiRequest& out);
+
 // One streamed event as a response message; `tok` (may be null) names the top-logprob tokens.
 void to_response(const TokenOutput& out, const std::string& request_id, const Tokenizer* tok,
                  v1::GenerateResponse& res);

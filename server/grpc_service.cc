@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "engine/tokenizer.h"
 #include "server/grpc_request.h"
@@ -42,7 +43,9 @@ namespace {
 class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
                        public std::enable_shared_from_this<GenerateStream> {
  public:
-  static void start(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& req, const ModelHub& hub,
+  // Starts a Generate (GenerateRequest) or Chat (ChatRequest) call.
+  template <typename Request>
+  static void start(grpc::CallbackServerContext* ctx, const Request& req, const ModelHub& hub,
                     grpc::Status auth, grpc::ServerWriteReactor<v1::GenerateResponse>** reactor) {
     auto s = std::make_shared<GenerateStream>();
     s->self_ = s;
@@ -52,9 +55,15 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     const auto deadline = ctx->deadline();
     if (deadline != std::chrono::system_clock::time_point::max())
       timeout = std::max(1e-3, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
+    ApiRequest api;
+    if constexpr (std::is_same_v<Request, v1::ChatRequest>) {
+      if (auto e = to_api_request(req, timeout, api)) return s->Finish({grpc_code(e->code), e->message});
+    } else {
+      api = to_api_request(req, timeout);
+    }
     std::weak_ptr<GenerateStream> weak = s;
     Submission sub;
-    if (auto e = hub.submit(to_api_request(req, timeout), sub, [weak] {
+    if (auto e = hub.submit(api, sub, [weak] {
           if (auto live = weak.lock()) live->pump();
         }))
       return s->Finish({grpc_code(e->code), e->message});
@@ -139,6 +148,13 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Generate(grpc::CallbackServerContext* ctx,
                                                                                 const v1::GenerateRequest* req) {
+  grpc::ServerWriteReactor<v1::GenerateResponse>* reactor = nullptr;
+  GenerateStream::start(ctx, *req, hub_, authorize(ctx), &reactor);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Chat(grpc::CallbackServerContext* ctx,
+                                                                            const v1::ChatRequest* req) {
   grpc::ServerWriteReactor<v1::GenerateResponse>* reactor = nullptr;
   GenerateStream::start(ctx, *req, hub_, authorize(ctx), &reactor);
   return reactor;

@@ -17,6 +17,8 @@ class TextGenerationService final : public v1::TextGeneration::CallbackService {
   TextGenerationService(ModelHub& hub, const ApiKeys& keys) : hub_(hub), keys_(keys) {}
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                            const v1::GenerateRequest* req) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Chat(grpc::CallbackServerContext* ctx,
+                                                       const v1::ChatRequest* req) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* req,
                                      v1::TokenizeResponse* res) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest* req,

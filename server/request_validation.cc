@@ -28,17 +28,20 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-std::optional<ApiError> validate_request(const ApiRequest& req, const ServedModel& served,
-                                         const ServerLimits& limits, GenerateParams& out) {
+std::optional<ApiError> prompt_tokens(const ApiRequest& req, const ServedModel& served,
+                                      const ServerLimits& limits, std::vector<int32_t>& out) {
   auto bad = [](std::string msg, std::string param = "") {
     return ApiError{ApiCode::kInvalidArgument, std::move(msg), std::move(param)};
   };
-  const ModelConfig& cfg = served.model.config;
-  GenerateParams p = req.params;
-  if (req.prompt_text.has_value() == req.prompt_ids.has_value())
+  if (req.prompt_text.has_value() + req.prompt_ids.has_value() + req.chat.has_value() != 1)
     return bad("give exactly one of prompt (text) or prompt token ids", "prompt");
-  if (req.prompt_text) {
-    const std::string& text = *req.prompt_text;
+  std::string rendered;
+  if (req.chat) {
+    if (auto err = render_chat(*req.chat, served, rendered)) return err;
+    if (rendered.empty()) return bad("the chat template rendered an empty prompt", "messages");
+  }
+  if (req.prompt_text || req.chat) {
+    const std::string& text = req.chat ? rendered : *req.prompt_text;
     if (text.empty()) return bad("prompt is empty", "prompt");
     if (static_cast<int64_t>(text.size()) > limits.max_prompt_chars)
       return bad("prompt is " + std::to_string(text.size()) + " bytes; the limit is " +
@@ -48,11 +51,29 @@ std::optional<ApiError> validate_request(const ApiRequest& req, const ServedMode
     if (!served.model.tokenizer)
       return bad("model \"" + served.model.id + "\" has no tokenizer; send token ids instead",
                  "prompt");
-    p.prompt = served.model.encode_prompt(text);
+    out =
+        req.add_special_tokens ? served.model.encode_prompt(text) : served.model.encode_text(text);
+    if (out.empty()) return bad("the prompt encodes to no tokens", "prompt");
   } else {
-    p.prompt = *req.prompt_ids;
-    if (p.prompt.empty()) return bad("prompt token ids are empty", "prompt");
+    out = *req.prompt_ids;
+    if (out.empty()) return bad("prompt token ids are empty", "prompt");
   }
+  if (req.truncate_prompt_tokens < 0)
+    return bad("truncate_prompt_tokens must be at least 1", "truncate_prompt_tokens");
+  if (req.truncate_prompt_tokens > 0 &&
+      static_cast<int64_t>(out.size()) > req.truncate_prompt_tokens)
+    out.erase(out.begin(), out.end() - req.truncate_prompt_tokens);
+  return std::nullopt;
+}
+
+std::optional<ApiError> validate_request(const ApiRequest& req, const ServedModel& served,
+                                         const ServerLimits& limits, GenerateParams& out) {
+  auto bad = [](std::string msg, std::string param = "") {
+    return ApiError{ApiCode::kInvalidArgument, std::move(msg), std::move(param)};
+  };
+  const ModelConfig& cfg = served.model.config;
+  GenerateParams p = req.params;
+  if (auto err = prompt_tokens(req, served, limits, p.prompt)) return err;
   for (const std::string& s : p.stop)
     if (!valid_utf8(s)) return bad("stop strings must be valid UTF-8", "stop");
   const int64_t context = cfg.max_seq_len, prompt_len = static_cast<int64_t>(p.prompt.size());

@@ -58,7 +58,8 @@ RestGateway::RestGateway(ModelHub& hub, const ApiKeys& keys, Metrics* metrics, R
 // that requests for made-up paths (unauthenticated ones included) cannot add a series each and
 // grow the server's memory and every scrape without bound.
 static std::string route_label(const std::string& path) {
-  for (const char* route : {"/v1/completions", "/v1/models", "/health", "/ready", "/metrics", "/"})
+  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
+                            "/detokenize", "/health", "/ready", "/metrics", "/"})
     if (path == route) return path;
   return path.rfind("/static/", 0) == 0 ? "/static/" : "other";
 }
@@ -95,9 +96,13 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> e
     if (req.method != "GET") return err(405, "use GET");
     return models(ex);
   }
-  if (p == "/v1/completions") {
+  if (p == "/v1/completions" || p == "/v1/chat/completions") {
     if (req.method != "POST") return err(405, "use POST");
-    return completions(req, ex);
+    return completions(req, ex, p == "/v1/chat/completions");
+  }
+  if (p == "/tokenize" || p == "/detokenize") {
+    if (req.method != "POST") return err(405, "use POST");
+    return p == "/tokenize" ? tokenize(req, ex) : detokenize(req, ex);
   }
   if (page && req.method == "GET" && !opts_.static_dir.empty()) return static_file(req, ex);
   err(404, "no route for " + req.method + " " + p);
@@ -112,6 +117,60 @@ void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
                     {"backend", m->backend}, {"format", m->model.format},
                     {"tokenizer", m->model.tokenizer_kind()}, {"root", m->model.dir}});
   reply(ex, "/v1/models", 200, "application/json", dump(json{{"object", "list"}, {"data", data}}));
+}
+
+ServedModel* RestGateway::model_or_404(const std::string& id, const std::string& path,
+                                       const std::shared_ptr<HttpExchange>& ex) {
+  if (ServedModel* m = hub_.find(id)) return m;
+  std::string known;
+  for (const auto& m : hub_.models()) known += (known.empty() ? "" : ", ") + m->model.id;
+  reply(ex, path, 404, "application/json",
+        error_json(404, "model \"" + id + "\" does not exist (served: " + known + ")", "model"));
+  return nullptr;
+}
+
+void RestGateway::tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  const std::string path = "/tokenize";
+  TokenizeRequest t;
+  std::vector<int32_t> ids;
+  std::optional<ApiError> e = parse_tokenize_body(req.body, t);
+  ServedModel* served = nullptr;
+  if (!e && !(served = model_or_404(t.api.model, path, ex))) return;
+  if (!e) e = prompt_tokens(t.api, *served, hub_.limits, ids);
+  if (e) {
+    const int status = http_status(e->code);
+    return reply(ex, path, status, "application/json", error_json(status, e->message, e->param));
+  }
+  json body = {{"count", ids.size()}, {"max_model_len", served->model.config.max_seq_len},
+               {"tokens", ids}, {"token_strs", nullptr}};
+  if (t.return_token_strs) {
+    json strs = json::array();
+    for (int32_t id : ids) strs.push_back(served->model.tokenizer->id_to_piece(id));
+    body["token_strs"] = strs;
+  }
+  reply(ex, path, 200, "application/json", dump(body));
+}
+
+void RestGateway::detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  const std::string path = "/detokenize";
+  DetokenizeRequest d;
+  auto fail = [&](const ApiError& e) {
+    const int status = http_status(e.code);
+    reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
+  };
+  if (auto e = parse_detokenize_body(req.body, d)) return fail(*e);
+  ServedModel* served = model_or_404(d.model, path, ex);
+  if (!served) return;
+  const Tokenizer* tok = served->model.tokenizer.get();
+  if (!tok)
+    return fail({ApiCode::kInvalidArgument, "model \"" + served->model.id + "\" has no tokenizer", "model"});
+  for (int32_t id : d.tokens)
+    if (id >= tok->vocab_size())
+      return fail({ApiCode::kInvalidArgument,
+                   "token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                       std::to_string(tok->vocab_size()) + ")",
+                   "tokens"});
+  reply(ex, path, 200, "application/json", dump(json{{"prompt", tok->decode(d.tokens)}}));
 }
 
 void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
@@ -135,10 +194,10 @@ void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchan
 
 namespace {
 
-std::string random_id() {
+std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "cmpl-%016llx", static_cast<unsigned long long>(rng()));
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
   return buf;
 }
 
@@ -146,7 +205,9 @@ std::string random_id() {
 struct Completion {
   Submission sub;
   std::shared_ptr<HttpExchange> ex;
-  bool stream = false, include_usage = false, echo = false, ended = false;
+  bool chat = false, stream = false, include_usage = false, echo = false, ended = false;
+  bool continuous_usage = false, tokens_as_ids = false;
+  std::string path;  // the route, for the metrics
   std::string id, model, prompt_text;
   int64_t created = 0;
   std::string text;  // non-streaming: the whole completion
@@ -155,14 +216,49 @@ struct Completion {
   Metrics* metrics = nullptr;
 };
 
-json logprobs_json(const std::vector<SampledToken>& lp, const Tokenizer* tok) {
+// A token as logprobs show it: its text, or "token_id:42" (vLLM's return_tokens_as_token_ids,
+// and always for a model without a tokenizer).
+std::string token_label(const Completion& c, int32_t id) {
+  const Tokenizer* tok = c.sub.served->model.tokenizer.get();
+  return tok && !c.tokens_as_ids ? tok->token_text(id) : "token_id:" + std::to_string(id);
+}
+
+// The UTF-8 bytes of a token's text, as OpenAI's chat logprobs give them ("bytes:\xe2" labels
+// stand for the byte itself).
+json token_bytes(const std::string& label) {
+  json bytes = json::array();
+  if (label.rfind("bytes:", 0) == 0) {
+    for (size_t i = 6; i + 3 < label.size() + 1 && label.compare(i, 2, "\\x") == 0; i += 4)
+      bytes.push_back(std::stoi(label.substr(i + 2, 2), nullptr, 16));
+    return bytes;
+  }
+  for (unsigned char b : label) bytes.push_back(b);
+  return bytes;
+}
+
+// OpenAI's logprobs: the completions shape {tokens, token_logprobs, top_logprobs} or the chat
+// shape {content: [{token, logprob, bytes, top_logprobs: [...]}]}.
+json logprobs_json(const Completion& c, const std::vector<SampledToken>& lp) {
+  if (c.chat) {
+    json content = json::array();
+    for (const auto& s : lp) {
+      json top = json::array();
+      for (const auto& [id, v] : s.top) {
+        const std::string t = token_label(c, id);
+        top.push_back({{"token", t}, {"logprob", v}, {"bytes", token_bytes(t)}});
+      }
+      const std::string t = token_label(c, s.token);
+      content.push_back(
+          {{"token", t}, {"logprob", s.logprob}, {"bytes", token_bytes(t)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
   json tokens = json::array(), token_lp = json::array(), top = json::array();
-  auto text = [&](int32_t id) { return tok ? tok->token_text(id) : std::to_string(id); };
   for (const auto& s : lp) {
-    tokens.push_back(text(s.token));
+    tokens.push_back(token_label(c, s.token));
     token_lp.push_back(s.logprob);
     json t = json::object();
-    for (const auto& [id, v] : s.top) t[text(id)] = v;
+    for (const auto& [id, v] : s.top) t[token_label(c, id)] = v;
     top.push_back(t);
   }
   return {{"tokens", tokens}, {"token_logprobs", token_lp}, {"top_logprobs", top}};
@@ -180,15 +276,46 @@ json usage_json(const Usage& u) {
 
 void send_event(Completion& c, const json& body) { c.ex->send(sse_event(body)); }
 
-json chunk(Completion& c, const std::string& text, const json& logprobs, const json& finish) {
-  return {{"id", c.id}, {"object", "text_completion"}, {"created", c.created}, {"model", c.model},
-          {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}}})}};
+// A response (whole = true) or a stream chunk with one choice. Chat: the text is the assistant
+// message's content, or in a chunk the delta's (the first chunk also says the role).
+json chunk(Completion& c, const std::string& text, const json& logprobs, const json& finish,
+           bool whole = false, bool first = false) {
+  json choice = {{"index", 0}};
+  const char* object = "text_completion";
+  if (c.chat) {
+    object = whole ? "chat.completion" : "chat.completion.chunk";
+    if (whole) {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+      choice["delta"] = json::object();
+      if (first) choice["delta"]["role"] = "assistant";
+      if (first || !text.empty()) choice["delta"]["content"] = text;
+    }
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = finish;
+  return {{"id", c.id}, {"object", object}, {"created", c.created}, {"model", c.model},
+          {"choices", json::array({choice})}};
+}
+
+// A stream chunk, with the usage so far when stream_options.continuous_usage_stats asks for it.
+void send_chunk(Completion& c, const std::string& text, const std::vector<SampledToken>& lp,
+                const json& finish, bool first = false) {
+  json body = chunk(c, text, lp.empty() ? json() : logprobs_json(c, lp), finish, false, first);
+  if (c.continuous_usage) {
+    Usage u;
+    u.prompt_tokens = static_cast<int32_t>(c.sub.params.prompt.size());
+    u.completion_tokens = static_cast<int32_t>(c.tokens.size());
+    body["usage"] = usage_json(u);
+  }
+  send_event(c, body);
 }
 
 // Takes every event the engine has produced for c and writes what it means (on c's strand).
 void drain(const std::shared_ptr<Completion>& c) {
   TokenOutput out;
-  const Tokenizer* tok = c->sub.served->model.tokenizer.get();
   while (!c->ended && c->sub.channel->try_pop(out)) {
     const bool last = out.finish != FinishReason::kNone;
     if (out.token >= 0) c->tokens.push_back(out.token);
@@ -196,8 +323,7 @@ void drain(const std::shared_ptr<Completion>& c) {
       c->text += out.text;
       for (auto& s : out.logprobs) c->logprobs.push_back(std::move(s));
     } else if (!last && (!out.text.empty() || !out.logprobs.empty())) {
-      json lp = out.logprobs.empty() ? json() : logprobs_json(out.logprobs, tok);
-      send_event(*c, chunk(*c, out.text, lp, json()));
+      send_chunk(*c, out.text, out.logprobs, json());
     }
     if (!last) continue;
     c->ended = true;
@@ -212,18 +338,17 @@ void drain(const std::shared_ptr<Completion>& c) {
                                     ? "the request's timeout passed before the completion finished"
                                     : out.error;
     if (!c->stream) {
-      if (c->metrics) c->metrics->observe_http("/v1/completions", status);
+      if (c->metrics) c->metrics->observe_http(c->path, status);
       if (status != 200) return c->ex->respond(status, "application/json", RestGateway::error_json(status, message));
-      json lp = c->sub.params.return_logprob ? logprobs_json(c->logprobs, tok) : json();
-      json body = chunk(*c, (c->echo ? c->prompt_text : "") + c->text, lp, openai_finish(out.finish));
+      json lp = c->sub.params.return_logprob ? logprobs_json(*c, c->logprobs) : json();
+      json body = chunk(*c, (c->echo ? c->prompt_text : "") + c->text, lp, openai_finish(out.finish), true);
       body["usage"] = usage_json(out.usage);
       return c->ex->respond(200, "application/json", dump(body));
     }
     if (status != 200) {
       send_event(*c, json::parse(RestGateway::error_json(status, message)));
     } else {
-      send_event(*c, chunk(*c, out.text, out.logprobs.empty() ? json() : logprobs_json(out.logprobs, tok),
-                           openai_finish(out.finish)));
+      send_chunk(*c, out.text, out.logprobs, openai_finish(out.finish));
       if (c->include_usage) {
         json u = chunk(*c, "", json(), json());
         u["choices"] = json::array();
@@ -238,20 +363,23 @@ void drain(const std::shared_ptr<Completion>& c) {
 
 }  // namespace
 
-void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
-  const std::string path = "/v1/completions";
+void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat) {
+  const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
   auto fail = [&](const ApiError& e) {
     const int status = http_status(e.code);
     reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
   };
   CompletionRequest parsed;
-  if (auto e = parse_completion_body(req.body, parsed)) return fail(*e);
+  if (auto e = chat ? parse_chat_body(req.body, parsed) : parse_completion_body(req.body, parsed))
+    return fail(*e);
   auto c = std::make_shared<Completion>();
+  c->chat = chat, c->path = path;
   c->stream = parsed.stream, c->include_usage = parsed.include_usage, c->echo = parsed.echo;
+  c->continuous_usage = parsed.continuous_usage, c->tokens_as_ids = parsed.tokens_as_ids;
   const ApiRequest& api = parsed.api;
   c->ex = ex;
   c->metrics = metrics_;
-  c->id = random_id();
+  c->id = random_id(chat ? "chatcmpl" : "cmpl");
   c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   c->prompt_text = api.prompt_text.value_or("");
   std::weak_ptr<Completion> weak = c;
@@ -270,6 +398,7 @@ void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchan
   if (c->stream) {
     if (metrics_) metrics_->observe_http(path, 200);
     ex->start_stream(200, "text/event-stream");
+    if (c->chat) send_chunk(*c, "", {}, json(), true);  // the role, first
     if (c->echo && !c->prompt_text.empty()) send_event(*c, chunk(*c, c->prompt_text, json(), json()));
   }
   ex->post([c] { drain(c); });

@@ -1,6 +1,6 @@
-// The OpenAI-compatible REST gateway (DESIGN §8): POST /v1/completions (JSON or SSE with
-// `stream: true`), GET /v1/models, /health, /ready, /metrics, and the playground's static files
-// at /. Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}.
+// The OpenAI-compatible REST gateway (docs/api.md): POST /v1/completions and
+// /v1/chat/completions (JSON or SSE with `stream: true`), POST /tokenize and /detokenize (vLLM's
+// shapes), GET /v1/models, /health, /ready, /metrics, and the playground's static files at /. Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}.
 #pragma once
 
 #include <memory>
@@ -24,7 +24,13 @@ class RestGateway {
   static std::string error_json(int status, const std::string& message, const std::string& param = "");
 
  private:
-  void completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // POST /v1/completions, or /v1/chat/completions when chat.
+  void completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat);
+  void tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);    // vLLM's shapes
+  void detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // The model a request names (the first one for ""), or null after answering 404.
+  ServedModel* model_or_404(const std::string& id, const std::string& path,
+                            const std::shared_ptr<HttpExchange>& ex);
   void models(std::shared_ptr<HttpExchange> ex);
   void static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void reply(std::shared_ptr<HttpExchange> ex, const std::string& path, int status, const std::string& type,

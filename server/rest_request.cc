@@ -7,7 +7,8 @@
 
 namespace mixserve {
 
-using json = nlohmann::json;
+// Ordered: a chat request's messages and tools reach the template in the client's key order.
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -52,40 +53,47 @@ struct Fields {
   }
 };
 
-ApiRequest parse_completion(const json& j, bool& stream, bool& include_usage, bool& echo) {
-  if (!j.is_object())
-    throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
-  static const std::set<std::string> known = {"model",
-                                              "prompt",
-                                              "max_tokens",
-                                              "temperature",
-                                              "top_p",
-                                              "top_k",
-                                              "min_p",
-                                              "repetition_penalty",
-                                              "presence_penalty",
-                                              "frequency_penalty",
-                                              "seed",
-                                              "stop",
-                                              "stop_token_ids",
-                                              "ignore_eos",
-                                              "logprobs",
-                                              "echo",
-                                              "n",
-                                              "best_of",
-                                              "stream",
-                                              "stream_options",
-                                              "suffix",
-                                              "logit_bias",
-                                              "user",
-                                              "priority",
-                                              "session",
-                                              "timeout"};
-  for (const auto& [k, _] : j.items())
-    if (!known.count(k)) throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
-  Fields f{j};
+// Fields of vLLM's completion and chat requests that mean nothing here, accepted and ignored
+// (docs/api.md lists them with the reason): user and bookkeeping fields, and beam-search knobs
+// at their off values.
+const std::set<std::string> kIgnored = {"user",
+                                        "metadata",
+                                        "store",
+                                        "service_tier",
+                                        "parallel_tool_calls",
+                                        "length_penalty",
+                                        "request_id",
+                                        "spaces_between_special_tokens",
+                                        "modalities",
+                                        "reasoning_effort"};
+
+// vLLM's fields that would change the output in ways this server does not implement: refused
+// with a message saying so, unless at their default value.
+void refuse_unsupported(const Fields& f, const json& j) {
+  for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                        "guided_decoding_backend", "guided_whitespace_pattern", "allowed_token_ids",
+                        "logits_processors", "prompt_logprobs", "suffix", "chat_template",
+                        "functions", "function_call", "mm_processor_kwargs", "prediction", "audio"})
+    if (f.has(k)) f.bad(k, "is not supported by this server");
+  if (f.has("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
+    f.bad("logit_bias", "is not supported");
+  if (f.boolean("use_beam_search", false)) f.bad("use_beam_search", "is not supported");
+  if (!f.boolean("skip_special_tokens", true))
+    f.bad("skip_special_tokens", "only true is supported: special tokens are never shown as text");
+  if (f.integer("min_tokens", 0, 0, 1 << 20) != 0) f.bad("min_tokens", "only 0 is supported");
+  if (f.has("response_format")) {
+    const json& rf = j["response_format"];
+    if (!rf.is_object() || rf.value("type", json()) != "text")
+      f.bad("response_format", "only {\"type\": \"text\"} is supported");
+  }
+  if (f.has("tool_choice") && j["tool_choice"] != "none" && j["tool_choice"] != "auto")
+    f.bad("tool_choice",
+          "only \"none\" and \"auto\" are supported (the tools are shown to the "
+          "model through its chat template; tool calls are not parsed out)");
+}
+
+ApiRequest parse_prompt(const Fields& f, const json& j) {
   ApiRequest r;
-  r.model = f.string("model");
   if (!f.has("prompt")) f.bad("prompt", "is required");
   const json& p = j["prompt"];
   auto ids = [&](const json& arr) {
@@ -109,8 +117,140 @@ ApiRequest parse_completion(const json& j, bool& stream, bool& include_usage, bo
     f.bad("prompt", "holds several prompts; send one prompt per request");
   else
     f.bad("prompt", "must be a string or a list of token ids");
+  return r;
+}
+
+// A message's content as the template sees it: a string (vLLM's "string" content format: the
+// text parts of a list joined by newlines), or null.
+json message_content(const Fields& f, const json& c) {
+  if (c.is_null() || c.is_string()) return c;
+  if (!c.is_array()) f.bad("messages", "content must be a string, null or a list of text parts");
+  std::string text;
+  for (const json& part : c) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      f.bad("messages", "content parts must be {\"type\": \"text\", \"text\": \"...\"}");
+    if (!text.empty()) text += '\n';
+    text += part["text"].get_ref<const std::string&>();
+  }
+  return text;
+}
+
+ChatInput parse_chat(const Fields& f, const json& j) {
+  ChatInput c;
+  if (!f.has("messages")) f.bad("messages", "is required");
+  const json& ms = j["messages"];
+  if (!ms.is_array() || ms.empty()) f.bad("messages", "must be a non-empty list of messages");
+  if (ms.size() > 4096) f.bad("messages", "holds more than 4096 messages");
+  c.messages = json::array();
+  for (const json& m : ms) {
+    if (!m.is_object()) f.bad("messages", "each message must be an object");
+    if (!m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty())
+      f.bad("messages", "each message needs a role (a non-empty string)");
+    json copy = m;
+    copy["content"] = message_content(f, m.value("content", json()));
+    if (copy["content"].is_string() && !valid_utf8(copy["content"].get<std::string>()))
+      f.bad("messages", "content is not valid UTF-8");
+    c.messages.push_back(std::move(copy));
+  }
+  if (f.has("tools")) {
+    if (!j["tools"].is_array()) f.bad("tools", "must be a list");
+    if (!(f.has("tool_choice") && j["tool_choice"] == "none")) c.tools = j["tools"];
+  }
+  c.add_generation_prompt = f.boolean("add_generation_prompt", true);
+  c.continue_final_message = f.boolean("continue_final_message", false);
+  if (c.continue_final_message && c.add_generation_prompt && f.has("add_generation_prompt"))
+    f.bad("continue_final_message", "cannot be true together with add_generation_prompt");
+  if (f.has("chat_template_kwargs")) {
+    if (!j["chat_template_kwargs"].is_object()) f.bad("chat_template_kwargs", "must be an object");
+    c.template_kwargs = j["chat_template_kwargs"];
+  }
+  if (f.has("documents")) c.template_kwargs["documents"] = j["documents"];  // RAG templates
+  return c;
+}
+
+void parse_request(const json& j, bool chat, CompletionRequest& out) {
+  if (!j.is_object())
+    throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
+  // Both routes' fields, then each route's own. Anything else is refused by name.
+  static const std::set<std::string> common = {"model",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "min_p",
+                                               "repetition_penalty",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "seed",
+                                               "stop",
+                                               "stop_token_ids",
+                                               "ignore_eos",
+                                               "n",
+                                               "best_of",
+                                               "stream",
+                                               "stream_options",
+                                               "logit_bias",
+                                               "priority",
+                                               "session",
+                                               "timeout",
+                                               "include_stop_str_in_output",
+                                               "skip_special_tokens",
+                                               "add_special_tokens",
+                                               "truncate_prompt_tokens",
+                                               "min_tokens",
+                                               "use_beam_search",
+                                               "return_tokens_as_token_ids",
+                                               "guided_json",
+                                               "guided_regex",
+                                               "guided_choice",
+                                               "guided_grammar",
+                                               "guided_decoding_backend",
+                                               "guided_whitespace_pattern",
+                                               "response_format",
+                                               "allowed_token_ids",
+                                               "prompt_logprobs",
+                                               "logits_processors"};
+  static const std::set<std::string> completion_only = {"prompt", "logprobs", "echo", "suffix"};
+  static const std::set<std::string> chat_only = {"messages",
+                                                  "max_completion_tokens",
+                                                  "logprobs",
+                                                  "top_logprobs",
+                                                  "tools",
+                                                  "tool_choice",
+                                                  "add_generation_prompt",
+                                                  "continue_final_message",
+                                                  "chat_template",
+                                                  "chat_template_kwargs",
+                                                  "functions",
+                                                  "function_call",
+                                                  "mm_processor_kwargs",
+                                                  "prediction",
+                                                  "audio",
+                                                  "documents"};
+  const std::set<std::string>& own = chat ? chat_only : completion_only;
+  for (const auto& [k, _] : j.items())
+    if (!common.count(k) && !own.count(k) && !kIgnored.count(k))
+      throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  Fields f{j};
+  refuse_unsupported(f, j);
+  if (chat) {
+    out.api.chat = parse_chat(f, j);
+  } else {
+    out.api = parse_prompt(f, j);
+  }
+  ApiRequest& r = out.api;
+  out.chat = chat;
+  r.model = f.string("model");
+  r.add_special_tokens = f.boolean("add_special_tokens", !chat);
+  r.truncate_prompt_tokens =
+      static_cast<int32_t>(f.integer("truncate_prompt_tokens", 0, 1, INT32_MAX));
   GenerateParams& g = r.params;
   g.max_tokens = static_cast<int32_t>(f.integer("max_tokens", 16, 1, 1 << 20));
+  if (chat && f.has("max_completion_tokens")) {
+    if (f.has("max_tokens")) f.bad("max_completion_tokens", "and max_tokens are both given");
+    g.max_tokens = static_cast<int32_t>(f.integer("max_completion_tokens", 16, 1, 1 << 20));
+  }
   g.sampling.temperature = static_cast<float>(f.number("temperature", 1.0, 0.0, 100.0));
   g.sampling.top_p = static_cast<float>(f.number("top_p", 1.0, 0.0, 1.0));
   if (f.has("top_p") && g.sampling.top_p <= 0) f.bad("top_p", "must be greater than 0");
@@ -142,37 +282,91 @@ ApiRequest parse_completion(const json& j, bool& stream, bool& include_usage, bo
   if (f.has("stop_token_ids")) {
     if (!j["stop_token_ids"].is_array()) f.bad("stop_token_ids", "must be a list of token ids");
     for (const auto& t : j["stop_token_ids"]) {
-      if (!t.is_number_integer()) f.bad("stop_token_ids", "must be a list of token ids");
-      g.stop_token_ids.push_back(t.get<int32_t>());
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+        f.bad("stop_token_ids", "must be a list of token ids");
+      g.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
   }
   g.ignore_eos = f.boolean("ignore_eos", false);
-  g.sampling.logprobs = static_cast<int>(f.integer("logprobs", 0, 0, 20));
-  g.return_logprob = f.has("logprobs");
+  g.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
+  if (chat) {  // OpenAI's chat shape: logprobs true/false, top_logprobs 0..20
+    if (f.boolean("logprobs", false)) {
+      g.return_logprob = true;
+      g.sampling.logprobs = static_cast<int>(f.integer("top_logprobs", 0, 0, 20));
+    } else if (f.has("top_logprobs")) {
+      f.bad("top_logprobs", "needs logprobs: true");
+    }
+  } else {
+    g.sampling.logprobs = static_cast<int>(f.integer("logprobs", 0, 0, 20));
+    g.return_logprob = f.has("logprobs");
+    out.echo = f.boolean("echo", false);
+  }
+  out.tokens_as_ids = f.boolean("return_tokens_as_token_ids", false);
   if (f.integer("n", 1, 1, 1) != 1 || f.integer("best_of", 1, 1, 1) != 1)
     f.bad("n", "only 1 is supported");
-  if (f.has("suffix")) f.bad("suffix", "is not supported");
-  if (f.has("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty()))
-    f.bad("logit_bias", "is not supported");
-  f.string("user");
   g.priority = static_cast<int32_t>(f.integer("priority", 0, -1000000, 1000000));
   g.session = f.string("session");
   if (f.has("timeout")) r.timeout_s = f.number("timeout", 0, 1e-3, 86400.0);
-  stream = f.boolean("stream", false);
-  echo = f.boolean("echo", false);
-  include_usage = false;
+  out.stream = f.boolean("stream", false);
+  out.include_usage = out.continuous_usage = false;
   if (f.has("stream_options")) {
     const json& so = j["stream_options"];
     if (!so.is_object()) f.bad("stream_options", "must be an object");
-    if (!stream) f.bad("stream_options", "is only allowed with stream: true");
-    include_usage = Fields{so}.boolean("include_usage", false);
+    if (!out.stream) f.bad("stream_options", "is only allowed with stream: true");
+    for (const auto& [k, _] : so.items())
+      if (k != "include_usage" && k != "continuous_usage_stats")
+        f.bad("stream_options", "has an unknown field '" + k + "'");
+    out.include_usage = Fields{so}.boolean("include_usage", false);
+    out.continuous_usage = Fields{so}.boolean("continuous_usage_stats", false);
   }
-  return r;
 }
 
-}  // namespace
+void parse_tokenize(const json& j, TokenizeRequest& out) {
+  if (!j.is_object())
+    throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
+  static const std::set<std::string> known = {"model",
+                                              "prompt",
+                                              "messages",
+                                              "add_special_tokens",
+                                              "add_generation_prompt",
+                                              "continue_final_message",
+                                              "chat_template_kwargs",
+                                              "tools",
+                                              "documents",
+                                              "return_token_strs"};
+  for (const auto& [k, _] : j.items())
+    if (!known.count(k)) throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  Fields f{j};
+  const bool chat = f.has("messages");
+  if (chat == f.has("prompt")) f.bad("prompt", "give exactly one of prompt or messages");
+  if (chat)
+    out.api.chat = parse_chat(f, j);
+  else
+    out.api = parse_prompt(f, j);
+  out.api.model = f.string("model");
+  out.api.add_special_tokens = f.boolean("add_special_tokens", !chat);
+  out.return_token_strs = f.boolean("return_token_strs", false);
+}
 
-std::optional<ApiError> parse_completion_body(const std::string& body, CompletionRequest& out) {
+void parse_detokenize(const json& j, DetokenizeRequest& out) {
+  if (!j.is_object())
+    throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
+  for (const auto& [k, _] : j.items())
+    if (k != "model" && k != "tokens")
+      throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  Fields f{j};
+  out.model = f.string("model");
+  if (!f.has("tokens") || !j["tokens"].is_array()) f.bad("tokens", "must be a list of token ids");
+  for (const auto& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+      f.bad("tokens", "must be a list of token ids");
+    out.tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+}
+
+// Parses body as JSON and hands it to parse(j); every failure becomes one ApiError.
+template <typename Parse>
+std::optional<ApiError> parse_body(const std::string& body, Parse&& parse) {
   json j;
   try {
     j = json::parse(body);
@@ -181,13 +375,31 @@ std::optional<ApiError> parse_completion_body(const std::string& body, Completio
                     std::string("the body is not valid JSON: ") + e.what(), ""};
   }
   try {
-    out.api = parse_completion(j, out.stream, out.include_usage, out.echo);
+    parse(j);
   } catch (const ApiError& e) {
     return e;
   } catch (const json::exception& e) {
     return ApiError{ApiCode::kInvalidArgument, std::string("bad field: ") + e.what(), ""};
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_completion_body(const std::string& body, CompletionRequest& out) {
+  return parse_body(body, [&](const json& j) { parse_request(j, false, out); });
+}
+
+std::optional<ApiError> parse_chat_body(const std::string& body, CompletionRequest& out) {
+  return parse_body(body, [&](const json& j) { parse_request(j, true, out); });
+}
+
+std::optional<ApiError> parse_tokenize_body(const std::string& body, TokenizeRequest& out) {
+  return parse_body(body, [&](const json& j) { parse_tokenize(j, out); });
+}
+
+std::optional<ApiError> parse_detokenize_body(const std::string& body, DetokenizeRequest& out) {
+  return parse_body(body, [&](const json& j) { parse_detokenize(j, out); });
 }
 
 }  // namespace mixserve

@@ -34,6 +34,10 @@ int serve_command(int argc, char** argv) {
   a.flag("served-model-name", "",
          "the id clients use for a model instead of its directory's name; repeat once per --model, in order",
          true);
+  a.flag("chat-template", "",
+         "Jinja chat template file for /v1/chat/completions and gRPC Chat, replacing the model "
+         "directory's; give it once for every model or once per --model, in order",
+         true);
   a.flag("host", "127.0.0.1", "address to bind both ports to");
   a.flag("grpc-port", "50051", "gRPC port (0: any free port)");
   a.flag("http-port", "8000", "REST port (0: any free port)");
@@ -117,10 +121,23 @@ int serve_command(int argc, char** argv) {
     if (!names.empty() && names.size() != dirs.size())
       throw std::invalid_argument("--served-model-name is given " + std::to_string(names.size()) +
                                   " times for " + std::to_string(dirs.size()) + " models; give one per --model");
+    const std::vector<std::string> templates = a.all("chat-template");
+    if (templates.size() > 1 && templates.size() != dirs.size())
+      throw std::invalid_argument("--chat-template is given " + std::to_string(templates.size()) +
+                                  " times for " + std::to_string(dirs.size()) +
+                                  " models; give it once for all or once per --model");
     for (size_t i = 0; i < dirs.size(); ++i) {
       const std::string& dir = dirs[i];
       auto served = std::make_unique<ServedModel>();
       served->model = load_model_dir(dir);
+      if (!templates.empty()) {
+        const std::string& file = templates[templates.size() == 1 ? 0 : i];
+        served->model.set_chat_template(read_text(file), file);
+      }
+      if (!served->model.chat_template_error.empty())
+        std::cerr << "warning: " << served->model.chat_template_error
+                  << " (chat requests are refused until --chat-template gives one that parses)"
+                  << std::endl;
       if (!names.empty()) {
         if (names[i].empty()) throw std::invalid_argument("--served-model-name must not be empty");
         served->model.id = names[i];
@@ -142,7 +159,8 @@ int serve_command(int argc, char** argv) {
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);
       served->engine->start();
       std::cout << "model " << served->model.id << " (" << served->model.format << ", " << served->backend
-                << ", tokenizer " << served->model.tokenizer_kind() << "): "
+                << ", tokenizer " << served->model.tokenizer_kind()
+                << (served->model.chat_template ? ", chat template" : "") << "): "
                 << served->model.config.n_layers << " layers, context " << served->model.config.max_seq_len << std::endl;
       hub.add(std::move(served));
     }
