@@ -78,6 +78,33 @@ TEST_F(TokenizerDir, TokenizerConfigAddsBosAndNamesTokens) {
   EXPECT_EQ(s.pad_id, 0);
 }
 
+TEST_F(TokenizerDir, ChatTemplateFromTheConfigOrItsOwnFile) {
+  copy_kjv_model();
+  TokenizerSetup s = load_tokenizer_dir(dir_.string());
+  EXPECT_EQ(s.chat_template, "");
+  EXPECT_EQ(s.bos_token, "<s>");
+  EXPECT_EQ(s.eos_token, "</s>");
+  write("tokenizer_config.json", R"({"chat_template": "{{ messages }}"})");
+  s = load_tokenizer_dir(dir_.string());
+  EXPECT_EQ(s.chat_template, "{{ messages }}");
+  EXPECT_EQ(s.chat_template_file, (dir_ / "tokenizer_config.json").string());
+  // Named templates (transformers): "default" is the chat template; tool_use alone is none.
+  write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"},
+      {"name": "default", "template": "D"}]})");
+  EXPECT_EQ(load_tokenizer_dir(dir_.string()).chat_template, "D");
+  write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+  EXPECT_EQ(load_tokenizer_dir(dir_.string()).chat_template, "");
+  // chat_template.jinja (transformers >= 4.43) comes first.
+  write("tokenizer_config.json", R"({"chat_template": "old"})");
+  write("chat_template.jinja", "new\n");
+  s = load_tokenizer_dir(dir_.string());
+  EXPECT_EQ(s.chat_template, "new\n");
+  EXPECT_EQ(s.chat_template_file, (dir_ / "chat_template.jinja").string());
+  fs::remove(dir_ / "chat_template.jinja");
+  write("tokenizer_config.json", R"({"chat_template": 5})");
+  expect_error("chat_template must be a string or a list");
+}
+
 TEST_F(TokenizerDir, SpecialTokensMapOverridesTokenizerConfigAsTransformersDoes) {
   copy_kjv_model();
   write("tokenizer_config.json", R"({"eos_token": "</s>"})");
