@@ -202,7 +202,7 @@ Value Interp::eval_binary(const Node& n, const EnvP& env) {
   if (left.k == K::Null || right.k == K::Null) fail("Cannot perform operation on null values");
   auto concat = [&](std::string a, const std::string& b) {
     check_size(a.size() + b.size());
-    charge((a.size() + b.size()) / 64);
+    charge((a.size() + b.size()) / 16);
     a += b;
     return string(std::move(a));
   };

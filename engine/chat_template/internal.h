@@ -253,7 +253,11 @@ class Interp {
   int64_t iterations_ = 0;
 };
 
-Value make_globals_range(Interp& in, std::vector<Value>& args);
+// methods.cc
+int compare_values(const Value& a, const Value& b, bool case_sensitive);  // sort's, dictsort's
+Value object_items(const Object& o);
+Value string_method(const std::string& name, const Value& self);  // undefined when none
+Value object_method(const std::string& name, const Value& self);  // undefined when none
 void special_arguments(const std::vector<NodeP>& params, const std::vector<NodeP>& body,
                        bool& kwargs, bool& varargs);
 

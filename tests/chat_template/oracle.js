@@ -6,7 +6,7 @@
 const fs = require("fs");
 const path = require("path");
 const [nodeModules, sourceDir, outFile] = process.argv.slice(2);
-const jinjaDir = path.join(nodeModules, "@huggingface", "jinja");
+const jinjaDir = path.resolve(nodeModules, "@huggingface", "jinja");
 const { Template } = require(jinjaDir);
 const version = require(path.join(jinjaDir, "package.json")).version;
 
