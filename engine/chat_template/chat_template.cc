@@ -30,20 +30,41 @@ std::string message_of(const std::vector<Value>& args) {
   return raw_string(v);
 }
 
-Value range_of(Interp& in, std::vector<Value>& args) {
-  for (const Value& a : args)
-    if (!a.is_num()) fail(std::string("range() arguments must be numbers, got ") + type_name(a.k));
-  if (args.empty() || args.size() > 3) fail("range() takes 1 to 3 arguments");
-  double start = 0, stop = 0, step = 1;
-  if (args.size() == 1) {
-    stop = args[0].n;
-  } else {
-    start = args[0].n;
-    stop = args[1].n;
-    if (args.size() == 3) step = args[2].n;
+// Number(x) of a value's raw JavaScript value, as the oracle's range() compares them.
+double to_number(const Value& v) {
+  switch (v.k) {
+    case K::Int:
+    case K::Float:
+      return v.n;
+    case K::Bool:
+      return v.b ? 1 : 0;
+    case K::Null:
+      return 0;
+    case K::String:
+      return js_to_number(v.str());
+    case K::Array:
+    case K::Tuple:
+      return js_to_number(raw_string(v));
+    default:
+      return NAN;
   }
+}
+
+Value range_of(Interp& in, std::vector<Value>& args) {
+  double start = 0, stop = args.empty() ? NAN : to_number(args[0]), step = 1;
+  if (args.size() >= 2 && args[1].k != K::Undefined) {
+    start = stop;
+    stop = to_number(args[1]);
+  }
+  if (args.size() >= 3 && args[2].k != K::Undefined) step = to_number(args[2]);
   if (step == 0) fail("range() step must not be zero");
-  if (std::isnan(start) || std::isnan(stop) || std::isnan(step)) return array({});
+  if (std::isnan(start) || std::isnan(stop)) return array({});
+  auto number = [](double x) { return std::fmod(x, 1.0) == 0 ? integer(x) : floating(x); };
+  // One step, then none: a NaN or infinite step (the oracle's loop compares before adding).
+  if (std::isnan(step) || std::isinf(step)) {
+    const bool first = step > 0 ? start < stop : start > stop;
+    return array(first ? Array{number(start)} : Array{});
+  }
   const double count =
       step > 0 ? std::ceil((stop - start) / step) : std::ceil((start - stop) / -step);
   if (count > static_cast<double>(kMaxItems))
@@ -52,7 +73,7 @@ Value range_of(Interp& in, std::vector<Value>& args) {
   Array out;
   out.reserve(static_cast<size_t>(std::max(count, 0.0)));
   for (double i = start; step > 0 ? i < stop : i > stop; i += step) {
-    out.push_back(std::fmod(i, 1.0) == 0 ? integer(i) : floating(i));
+    out.push_back(number(i));
     if (out.size() > kMaxItems) fail("range limit passed: range() of more than 1000000 numbers");
   }
   return array(std::move(out));
@@ -98,7 +119,7 @@ Value namespace_of(Interp& in, std::vector<Value>& args) {
   return ns;
 }
 
-std::string render_with(const Node& program, const nlohmann::ordered_json& variables) {
+std::string render_impl(const Node& program, const nlohmann::ordered_json& variables) {
   if (!variables.is_object() && !variables.is_null())
     throw ChatTemplateError("the template's variables must be a JSON object");
   Interp in;
@@ -128,14 +149,23 @@ std::string render_with(const Node& program, const nlohmann::ordered_json& varia
     }
   }
   try {
-    const Value out = in.eval(program, env);
-    return out.str();
+    return in.eval(program, env).str();
   } catch (const BreakSignal&) {
     fail("`break` outside a loop");
   } catch (const ContinueSignal&) {
     fail("`continue` outside a loop");
+  }
+}
+
+std::string render_with(const Node& program, const nlohmann::ordered_json& variables) {
+  try {
+    return render_impl(program, variables);
+  } catch (const ChatTemplateError&) {
+    throw;
   } catch (const std::bad_alloc&) {
-    fail("out of memory while rendering");
+    throw ChatTemplateError("out of memory while rendering");
+  } catch (const std::exception& e) {
+    throw ChatTemplateError(std::string("internal error while rendering: ") + e.what());
   }
 }
 
@@ -143,7 +173,13 @@ std::string render_with(const Node& program, const nlohmann::ordered_json& varia
 
 ChatTemplate::ChatTemplate(const std::string& source) : impl_(std::make_unique<Impl>()) {
   impl_->source = source;
-  impl_->program = parse(impl_->source, tokenize(impl_->source));
+  try {
+    impl_->program = parse(impl_->source, tokenize(impl_->source));
+  } catch (const ChatTemplateError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ChatTemplateError(std::string("line 1, column 1: cannot parse the template: ") + e.what());
+  }
 }
 
 ChatTemplate::~ChatTemplate() = default;

@@ -195,6 +195,8 @@ uint32_t decode_utf8(std::string_view s, size_t& i);  // one code point, invalid
 void append_utf8(std::string& out, uint32_t cp);
 bool js_space(uint32_t cp);  // JavaScript's \s
 std::string js_trim(std::string_view s, bool start, bool end);
+// JavaScript's toUpperCase/toLowerCase of one code point (casemap.cc); false when unchanged.
+bool case_map(uint32_t cp, bool upper, std::string& out);
 std::string js_upper(std::string_view s);
 std::string js_lower(std::string_view s);
 std::string title_case(std::string_view s);

@@ -102,7 +102,8 @@ Value string_method(const std::string& name, const Value& self) {
     return fn([sp](Interp&, std::vector<Value>&, const EnvP&) {
       if (sp->empty()) return string("");
       size_t i = 0;
-      decode_utf8(*sp, i);
+      // charAt(0): half of an astral code point, which no case mapping changes.
+      if (decode_utf8(*sp, i) >= 0x10000) return string(*sp);
       return string(js_upper(sp->substr(0, i)) + sp->substr(i));
     });
   if (name == "startswith" || name == "endswith") {

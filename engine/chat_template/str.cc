@@ -95,62 +95,44 @@ std::string js_trim(std::string_view s, bool start, bool end) {
 
 namespace {
 
-// Simple case pairs: ASCII, Latin-1, Cyrillic U+0400-U+045F.
-uint32_t upper_cp(uint32_t c) {
-  if (c >= 'a' && c <= 'z') return c - 32;
-  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
-  if (c == 0xFF) return 0x178;
-  if (c == 0xB5) return 0x39C;
-  if (c >= 0x430 && c <= 0x44F) return c - 32;
-  if (c >= 0x450 && c <= 0x45F) return c - 80;
-  return c;
+// A letter with a case (approximates Unicode's "cased" for the final-sigma rule).
+bool cased(uint32_t cp) {
+  std::string scratch;
+  return case_map(cp, true, scratch) || case_map(cp, false, scratch);
 }
-uint32_t lower_cp(uint32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;
-  if (c == 0x178) return 0xFF;
-  if (c >= 0x410 && c <= 0x42F) return c + 32;
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  return c;
+
+std::string map_case(std::string_view s, bool upper) {
+  std::string out;
+  out.reserve(s.size());
+  uint32_t prev = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const uint32_t cp = decode_utf8(s, i);
+    if (cp < 0x80) {
+      char c = static_cast<char>(cp);
+      if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+      if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+      out += c;
+    } else if (!upper && cp == 0x3A3) {
+      // Σ lowercases to final ς after a cased letter and before none.
+      size_t j = i;
+      const bool next_cased = j < s.size() && cased(decode_utf8(s, j));
+      append_utf8(out, prev && cased(prev) && !next_cased ? 0x3C2 : 0x3C3);
+    } else if (cp == 0xFFFD || !case_map(cp, upper, out)) {
+      out.append(s.substr(start, i - start));
+    }
+    prev = cp;
+  }
+  return out;
 }
 
 }  // namespace
 
 std::string js_upper(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const size_t start = i;
-    const uint32_t cp = decode_utf8(s, i);
-    if (cp == 0xDF) {
-      out += "SS";
-    } else if (cp == 0xFFFD || cp < 0x80 || upper_cp(cp) == cp) {
-      if (cp < 0x80)
-        out += static_cast<char>(upper_cp(cp));
-      else
-        out.append(s.substr(start, i - start));
-    } else {
-      append_utf8(out, upper_cp(cp));
-    }
-  }
-  return out;
+  return map_case(s, true);
 }
-
 std::string js_lower(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const size_t start = i;
-    const uint32_t cp = decode_utf8(s, i);
-    if (cp < 0x80) {
-      out += static_cast<char>(lower_cp(cp));
-    } else if (cp == 0xFFFD || lower_cp(cp) == cp) {
-      out.append(s.substr(start, i - start));
-    } else {
-      append_utf8(out, lower_cp(cp));
-    }
-  }
-  return out;
+  return map_case(s, false);
 }
 
 std::string title_case(std::string_view s) {

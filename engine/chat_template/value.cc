@@ -214,6 +214,7 @@ void to_json_into(std::string& out, const Value& v, const JsonOptions& opt, int 
   } else if (opt.indent) {
     item_sep = ",";
   }
+  if (opt.indent < 0) fail("Invalid count value: " + std::to_string(opt.indent));
   const std::string unit(static_cast<size_t>(opt.indent), ' ');
   std::string base = "\n";
   if (opt.indent)
