@@ -26,7 +26,7 @@ namespace {
 std::string message_of(const std::vector<Value>& args) {
   if (args.empty()) return "";
   const Value& v = args[0];
-  if (v.k == K::Undefined) return "";
+  if (v.k == K::Undefined || v.k == K::Null) return "";  // none's raw value is undefined too
   return raw_string(v);
 }
 
@@ -178,7 +178,8 @@ ChatTemplate::ChatTemplate(const std::string& source) : impl_(std::make_unique<I
   } catch (const ChatTemplateError&) {
     throw;
   } catch (const std::exception& e) {
-    throw ChatTemplateError(std::string("line 1, column 1: cannot parse the template: ") + e.what());
+    throw ChatTemplateError(std::string("line 1, column 1: cannot parse the template: ") +
+                            e.what());
   }
 }
 

@@ -405,6 +405,10 @@ bool same_reference(const Value& a, const Value& b) {
 bool strict_equal(const Value& a, const Value& b) {
   if (is_reference(a) || is_reference(b)) return same_reference(a, b);
   if (a.is_num() && b.is_num()) return a.n == b.n;
+  // The oracle's none holds JavaScript's undefined, as undefined does.
+  const bool a_nullish = a.k == K::Null || a.k == K::Undefined;
+  if (a_nullish || b.k == K::Null || b.k == K::Undefined)
+    return a_nullish == (b.k == K::Null || b.k == K::Undefined);
   if (a.k != b.k) return false;
   switch (a.k) {
     case K::Bool:

@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "engine/chat_template.h"
 
@@ -51,6 +52,18 @@ TEST(ChatTemplateOracle, EveryTemplateAndCaseMatchesHuggingFaceJinja) {
   const auto cases = nlohmann::ordered_json::parse(read(dir + "conversations.json"));
   std::map<std::string, const nlohmann::ordered_json*> vars;
   for (const auto& c : cases.at("cases")) vars[c.at("name").get<std::string>()] = &c.at("vars");
+  vars["snippet_vars"] = &cases.at("snippet_vars");
+  // snippets.txt: one template a line, named "snippets.txt:LINE" in the oracle's results.
+  std::vector<std::string> snippets;
+  {
+    std::istringstream in(read(dir + "snippets.txt"));
+    for (std::string line; std::getline(in, line);) snippets.push_back(line);
+  }
+  auto source_of = [&](const std::string& name) {
+    const std::string prefix = "snippets.txt:";
+    if (name.rfind(prefix, 0) == 0) return snippets.at(std::stoul(name.substr(prefix.size())) - 1);
+    return read(dir + "templates/" + name);
+  };
 
   std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
   std::map<std::string, std::string> parse_errors;
@@ -61,7 +74,7 @@ TEST(ChatTemplateOracle, EveryTemplateAndCaseMatchesHuggingFaceJinja) {
     ++pairs;
     if (!templates.count(name) && !parse_errors.count(name)) {
       try {
-        templates[name] = std::make_unique<ChatTemplate>(read(dir + "templates/" + name));
+        templates[name] = std::make_unique<ChatTemplate>(source_of(name));
       } catch (const ChatTemplateError& e) {
         parse_errors[name] = e.what();
       }

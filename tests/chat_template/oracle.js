@@ -21,7 +21,8 @@ function raised(e) {
 }
 
 const here = path.join(sourceDir, "tests", "chat_template");
-const cases = JSON.parse(fs.readFileSync(path.join(here, "conversations.json"), "utf8")).cases;
+const conversations = JSON.parse(fs.readFileSync(path.join(here, "conversations.json"), "utf8"));
+const cases = conversations.cases;
 const names = fs.readdirSync(path.join(here, "templates")).filter((f) => f.endsWith(".jinja")).sort();
 const results = [];
 for (const name of names) {
@@ -52,5 +53,21 @@ for (const name of names) {
     results.push(r);
   }
 }
+// snippets.txt: one small template a line (the edge cases of every operator, filter, test and
+// error), each rendered with snippet_vars.
+const snippets = fs.readFileSync(path.join(here, "snippets.txt"), "utf8").split("\n");
+snippets.forEach((source, i) => {
+  if (source.length === 0) return;
+  const r = { template: `snippets.txt:${i + 1}`, case: "snippet_vars" };
+  try {
+    r.output = new Template(source).render(conversations.snippet_vars);
+    r.ok = true;
+  } catch (e) {
+    r.ok = false;
+    r.error = String(e && e.message);
+    r.raised = raised(e);
+  }
+  results.push(r);
+});
 fs.writeFileSync(outFile, JSON.stringify({ version, results }, null, 1));
 console.log(`oracle.js: @huggingface/jinja ${version}, ${results.length} renders of ${names.length} templates`);

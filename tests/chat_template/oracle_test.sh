@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$source_dir/tests/tokenizer/npm_oracles.sh" "$work/node"
 [ -d "$work/node/node_modules/@huggingface/jinja" ] || fail "@huggingface/jinja is not in $work/node (tests/tokenizer/package.json)"
 mkdir -p "$work/out"
-stamp=$(cat "$here/oracle.js" "$here/conversations.json" "$source_dir/tests/tokenizer/package-lock.json" \
+stamp=$(cat "$here/oracle.js" "$here/conversations.json" "$here/snippets.txt" "$source_dir/tests/tokenizer/package-lock.json" \
           "$here"/templates/*.jinja | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$work/out/stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$work/out/stamp"
