@@ -44,6 +44,19 @@ class Parser {
     Parser& p_;
   };
 
+  // A chain of links at one level (a + b + c, x.y.z, x | f | g) nests the tree as deep as it is
+  // long: each link counts toward the depth limit until the chain's rule returns.
+  struct Chain {
+    explicit Chain(Parser& p) : p_(p) {}
+    void link() {
+      ++n_;
+      if (++p_.depth_ > kMaxDepth) p_.error("nesting limit passed: more than 256 levels");
+    }
+    ~Chain() { p_.depth_ -= n_; }
+    Parser& p_;
+    int n_ = 0;
+  };
+
   [[noreturn]] void error(const std::string& message) {
     if (cur_ >= t_.size())
       syntax_error(source_, source_.size(), message + " (at the end of the template)");
@@ -264,16 +277,20 @@ class Parser {
   }
 
   NodeP logical_or() {
+    Chain chain(*this);
     NodeP left = logical_and();
     while (is_ident("or")) {
+      chain.link();
       ++cur_;
       left = binary("or", std::move(left), logical_and());
     }
     return left;
   }
   NodeP logical_and() {
+    Chain chain(*this);
     NodeP left = negation();
     while (is_ident("and")) {
+      chain.link();
       ++cur_;
       left = binary("and", std::move(left), negation());
     }
@@ -291,8 +308,10 @@ class Parser {
     return comparison();
   }
   NodeP comparison() {
+    Chain chain(*this);
     NodeP left = additive();
     while (true) {
+      chain.link();
       std::string op;
       if (is_ident("not") && is_ident("in", 1)) {
         op = "not in";
@@ -310,32 +329,40 @@ class Parser {
     return left;
   }
   NodeP additive() {
+    Chain chain(*this);
     NodeP left = multiplicative();
     while (is(Tok::Additive)) {
+      chain.link();
       const std::string op = t_[cur_++].value;
       left = binary(op, std::move(left), multiplicative());
     }
     return left;
   }
   NodeP multiplicative() {
+    Chain chain(*this);
     NodeP left = power();
     while (is(Tok::Multiplicative)) {
+      chain.link();
       const std::string op = t_[cur_++].value;
       left = binary(op, std::move(left), power());
     }
     return left;
   }
   NodeP power() {
+    Chain chain(*this);
     NodeP left = test();
     while (is(Tok::Power)) {
+      chain.link();
       ++cur_;
       left = binary("**", std::move(left), test());
     }
     return left;
   }
   NodeP test() {
+    Chain chain(*this);
     NodeP operand = filter();
     while (is_ident("is")) {
+      chain.link();
       ++cur_;
       const bool negate = is_ident("not");
       if (negate) ++cur_;
@@ -350,8 +377,10 @@ class Parser {
     return operand;
   }
   NodeP filter() {
+    Chain chain(*this);
     NodeP operand = unary_sign();
     while (is(Tok::Pipe)) {
+      chain.link();
       ++cur_;
       NodeP f = primary();
       if (f->type != N::Ident) error("Expected identifier for the filter");
@@ -444,7 +473,9 @@ class Parser {
     expect(Tok::CloseParen, ")");
   }
   NodeP member(NodeP object) {
+    Chain chain(*this);
     while (is(Tok::Dot) || is(Tok::OpenSquare)) {
+      chain.link();
       Depth d(*this);
       const bool computed = t_[cur_++].type == Tok::OpenSquare;
       auto m = node(N::Member);

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace mixserve {
 namespace {
@@ -248,6 +251,38 @@ TEST(ChatTemplate, LimitsAreErrors) {
   EXPECT_EQ(error_of("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns | tojson }}")
                 .rfind("nesting limit passed", 0),
             0u);
+}
+
+TEST(ChatTemplate, LongChainsAreNestingErrorsNotStackOverflows) {
+  std::string members = "{{ x", sums = "{{ 1", filters = "{{ 'a'";
+  for (int i = 0; i < 200000; ++i) {
+    members += ".a";
+    sums += " + 1";
+    filters += " | upper";
+  }
+  for (const std::string& src : {members, sums, filters})
+    EXPECT_NE(error_of(src + " }}").find("nesting limit passed"), std::string::npos);
+  std::string ok = "{{ 0";
+  for (int i = 0; i < 200; ++i) ok += " + 1";
+  EXPECT_EQ(render(ok + " }}"), "200");
+}
+
+TEST(ChatTemplate, RendersFromManyThreadsAtOnce) {
+  const ChatTemplate t(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+      "{{ m.content | upper }}{% endfor %}{{ ns.n }}");
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int k = 0; k < 8; ++k)
+    threads.emplace_back([&, k] {
+      const std::string digit(1, static_cast<char>('0' + k));
+      const json vars = {{"messages", {{{"content", std::string("t").append(digit)}}}}};
+      const std::string want = std::string("T").append(digit).append("1");
+      for (int i = 0; i < 200; ++i)
+        if (t.render(vars) != want) ++wrong;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(ChatTemplate, IsMovableAndRendersRepeatedly) {
