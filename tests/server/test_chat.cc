@@ -134,7 +134,10 @@ TEST_F(Chat, StreamsDeltasThatAddUpToTheWholeReply) {
   EXPECT_EQ(text, w["choices"][0]["message"]["content"]);
   EXPECT_EQ(finish, w["choices"][0]["finish_reason"]);
   EXPECT_TRUE(ev.back()["choices"].empty());  // include_usage: the last chunk is the usage
-  EXPECT_EQ(ev.back()["usage"], w["usage"]);
+  json usage = ev.back()["usage"], whole_usage = w["usage"];
+  usage.erase("prompt_tokens_details");  // the second run finds the prompt in the prefix cache
+  whole_usage.erase("prompt_tokens_details");
+  EXPECT_EQ(usage, whole_usage);
   EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
 }
 
