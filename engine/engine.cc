@@ -52,8 +52,9 @@ Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, Engin
   stats_.max_running = opts_.max_batch;
   stats_.max_queue = opts_.max_queue;
   for (const StateLayout& l : backend_->state_layouts()) {
-    const bool ring = std::any_of(l.tensors.begin(), l.tensors.end(),
-                                  [](const StateTensor& t) { return t.name.rfind("ring", 0) == 0; });
+    const bool ring = std::any_of(l.tensors.begin(), l.tensors.end(), [](const StateTensor& t) {
+      return t.name.rfind("ring", 0) == 0;
+    });
     layer_kind_.push_back(l.token_floats > 0 ? 2 : ring ? 1 : 0);
   }
 }
@@ -68,13 +69,18 @@ std::string Engine::validate(const GenerateParams& p) const {
   if (p.prompt.empty()) return "prompt is empty";
   for (int32_t t : p.prompt)
     if (t < 0 || t >= c.vocab_size)
-      return "prompt token id " + std::to_string(t) + " is outside [0, " + std::to_string(c.vocab_size) + ")";
+      return "prompt token id " + std::to_string(t) + " is outside [0, " +
+             std::to_string(c.vocab_size) + ")";
   if (static_cast<int64_t>(p.prompt.size()) >= c.max_seq_len)
     return "prompt has " + std::to_string(p.prompt.size()) + " tokens; the model's context is " +
            std::to_string(c.max_seq_len) + " tokens and at least one must be left to generate";
   if (p.max_tokens < 1) return "max_tokens must be at least 1";
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
+    return "min_tokens must be between 0 and max_tokens (" + std::to_string(p.max_tokens) +
+           "), got " + std::to_string(p.min_tokens);
   for (int32_t t : p.stop_token_ids)
-    if (t < 0 || t >= c.vocab_size) return "stop_token_ids contains " + std::to_string(t) + ", not a token id";
+    if (t < 0 || t >= c.vocab_size)
+      return "stop_token_ids contains " + std::to_string(t) + ", not a token id";
   for (const std::string& s : p.stop)
     if (s.empty()) return "stop strings must not be empty";
   if (p.stop.size() > 16) return "at most 16 stop strings";
@@ -93,6 +99,13 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->submitted = Clock::now();
   if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   params.sampling.seed = *params.seed;
+  params.sampling.min_tokens = params.min_tokens;
+  if (params.sampling.min_tokens > 0) {
+    params.sampling.suppressed = params.stop_token_ids;
+    if (!params.ignore_eos)
+      params.sampling.suppressed.insert(params.sampling.suppressed.end(), model_.stop_ids.begin(),
+                                        model_.stop_ids.end());
+  }
   // Room for every token the request can reach (up to a bound: see kMaxReservedTokens), so the
   // engine thread seldom reallocates it.
   r->tokens.reserve(
@@ -113,14 +126,16 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->penalized =
       sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
   r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size), r->penalized);
-  if (model_.tokenizer) r->detok = std::make_unique<IncrementalDetokenizer>(*model_.tokenizer, params.prompt);
+  if (model_.tokenizer)
+    r->detok = std::make_unique<IncrementalDetokenizer>(*model_.tokenizer, params.prompt);
   r->stop = std::make_unique<StopMatcher>(params.stop);
   r->p = std::move(params);
   r->sink = std::move(sink);
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return {SubmitStatus::kShuttingDown, 0, "the server is shutting down"};
   if (queued_ >= opts_.max_queue)
-    return {SubmitStatus::kQueueFull, 0, "the queue is full (" + std::to_string(opts_.max_queue) + " waiting requests)"};
+    return {SubmitStatus::kQueueFull, 0,
+            "the queue is full (" + std::to_string(opts_.max_queue) + " waiting requests)"};
   r->id = next_id_++;
   const uint64_t id = r->id;
   ++queued_;
@@ -192,9 +207,11 @@ void Engine::drain_inbox() {
   for (auto& r : fresh) {
     r->arrival = arrivals_++;
     // keep waiting_ sorted by (priority, arrival): insert after everything that goes first
-    auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const auto& a, const auto& b) {
-      return a->p.priority != b->p.priority ? a->p.priority < b->p.priority : a->arrival < b->arrival;
-    });
+    auto pos =
+        std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const auto& a, const auto& b) {
+          return a->p.priority != b->p.priority ? a->p.priority < b->p.priority
+                                                : a->arrival < b->arrival;
+        });
     waiting_.insert(pos, std::move(r));
   }
   if (!cancels.empty()) {
@@ -206,8 +223,10 @@ void Engine::drain_inbox() {
 
 // Ends a request that was cancelled or is past its deadline; true when it did.
 bool Engine::expired(Live& r, Clock::time_point now) {
-  if (r.cancelled) finish(r, FinishReason::kCancelled);
-  else if (r.has_deadline && now >= r.deadline) finish(r, FinishReason::kDeadline);
+  if (r.cancelled)
+    finish(r, FinishReason::kCancelled);
+  else if (r.has_deadline && now >= r.deadline)
+    finish(r, FinishReason::kDeadline);
   return r.done;
 }
 
@@ -237,7 +256,8 @@ bool Engine::start_from_cache(Live& r) {
   const int32_t n = static_cast<int32_t>(e->tokens.size());
   std::vector<float> logits = n == total ? e->logits : std::vector<float>{};
   const bool take = !r.p.session.empty() && e->session == r.p.session;
-  if (!cache_.restore(e, r.state, n == total ? n : chunk_end(n, total, opts_.prefill_chunk), take)) return false;
+  if (!cache_.restore(e, r.state, n == total ? n : chunk_end(n, total, opts_.prefill_chunk), take))
+    return false;
   r.fed = r.cached = n;
   r.cached_logits = std::move(logits);
   r.has_cached_logits = !r.cached_logits.empty();
@@ -276,11 +296,13 @@ void Engine::admit(int32_t budget) {
       }
       if (!alloc_.admit(r.state, need_tokens, reserve_tokens)) {
         if (!running_.empty() || alloc_.pages_for(need_tokens) <= pool_.total()) return;  // wait
-        finish(r, FinishReason::kError, "the request needs more state memory than the whole pool holds");
+        finish(r, FinishReason::kError,
+               "the request needs more state memory than the whole pool holds");
       }
     }
     alloc_.reserve_tables(r.state, reserve_tokens);  // swapped in or restored: not sized yet
-    if (r.queue_s < 0) r.queue_s = std::chrono::duration<double>(Clock::now() - r.submitted).count();
+    if (r.queue_s < 0)
+      r.queue_s = std::chrono::duration<double>(Clock::now() - r.submitted).count();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     if (r.done) remove_finished();  // it failed to start (r still points at the moved-from Live)
@@ -325,11 +347,13 @@ void Engine::preempt(Live& v) {
     v.has_cached_logits = false;
   }
   alloc_.retire(v.state);
-  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
+  auto it =
+      std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
   std::unique_ptr<Live> moved = std::move(*it);
   running_.erase(it);
   auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) {
-    return w->p.priority > moved->p.priority || (w->p.priority == moved->p.priority && w->arrival > moved->arrival);
+    return w->p.priority > moved->p.priority ||
+           (w->p.priority == moved->p.priority && w->arrival > moved->arrival);
   });
   waiting_.insert(pos, std::move(moved));
   std::lock_guard<std::mutex> lock(mu_);
@@ -343,7 +367,8 @@ void Engine::finish(Live& r, FinishReason reason, const std::string& error, Toke
   const bool normal = reason == FinishReason::kStop || reason == FinishReason::kLength;
   if (r.state.allocated()) {
     if (normal && opts_.cache_entries > 0 && r.fed > 0) {  // keep the final state for the next turn
-      const auto ttl = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.session_ttl_s));
+      const auto ttl = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(opts_.session_ttl_s));
       std::vector<int32_t> covered =
           std::move(r.tokens);  // the request is over: nothing reads them again
       covered.resize(r.fed);
@@ -364,7 +389,8 @@ void Engine::finish(Live& r, FinishReason reason, const std::string& error, Toke
   const auto now = Clock::now();
   out.timing.queue_s = std::max(0.0, r.queue_s);
   out.timing.e2e_s = std::chrono::duration<double>(now - r.submitted).count();
-  out.timing.ttft_s = r.generated ? std::chrono::duration<double>(r.first_token - r.submitted).count() : 0;
+  out.timing.ttft_s =
+      r.generated ? std::chrono::duration<double>(r.first_token - r.submitted).count() : 0;
   r.sink(std::move(out));
 }
 
@@ -383,7 +409,10 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   out.request_id = r.id;
   out.token = token;
   if (r.want_logprobs) out.logprobs.push_back(std::move(sampled));
-  if (r.detok) out.text = r.stop->feed(r.detok->push(token));
+  // Stop strings are looked for only in the text after the first min_tokens tokens.
+  if (r.detok)
+    out.text =
+        r.generated <= r.p.min_tokens ? r.detok->push(token) : r.stop->feed(r.detok->push(token));
   r.tokens.push_back(token);
   r.total = static_cast<int32_t>(r.tokens.size());
   const bool stopped =
@@ -468,8 +497,8 @@ bool Engine::step() {
         r->cached_logits.clear();
         r->has_cached_logits = false;
         const auto ts = Clock::now();
-        SampledToken token =
-            sample_token(logits.data(), static_cast<int>(V), r->p.sampling, r->history, r->generated, r->p.return_logprob);
+        SampledToken token = sample_token(logits.data(), static_cast<int>(V), r->p.sampling,
+                                          r->history, r->generated, r->p.return_logprob);
         report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
         emit_token(*r, std::move(token));
         worked = true;
@@ -478,7 +507,8 @@ bool Engine::step() {
     for (Live* r : *group) {
       if (r->done || !r->state.allocated() || r->fed >= r->total) continue;  // preempted meanwhile
       if (r->end - r->fed > budget) continue;
-      if (r->end > r->state.capacity_tokens && !make_room(*r, r->end)) {  // most steps: room already
+      if (r->end > r->state.capacity_tokens &&
+          !make_room(*r, r->end)) {  // most steps: room already
         finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
         continue;
       }
@@ -525,7 +555,8 @@ bool Engine::step() {
       Live& r = *kept[i];
       r.fed = r.end;
       if (r.fed != r.total) continue;
-      if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt) {
+      if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens &&
+          r.cached < r.n_prompt) {
         logits_.resize(V);  // the prompt's last row, for repeats
         backend_->logits_row(static_cast<int32_t>(i), logits_.data());
         cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
@@ -537,7 +568,8 @@ bool Engine::step() {
   const auto now = Clock::now();
   report.step_s = std::chrono::duration<double>(now - t0).count();
   // The pool's detailed accounting walks every request's pages: ten times a second is enough.
-  const bool detailed = now >= next_detail_ || !worked || (running_.empty() && waiting_.empty());  // and when idle
+  const bool detailed =
+      now >= next_detail_ || !worked || (running_.empty() && waiting_.empty());  // and when idle
   if (detailed) next_detail_ = now + std::chrono::milliseconds(100);
   update_stats(detailed);
   {
@@ -593,8 +625,9 @@ std::string Engine::verify() const {
         const bool writable = static_cast<int64_t>(i) * pf < layouts[l].fixed_floats ||
                               static_cast<int64_t>(i + 1) * pf > layouts[l].floats_for(r->fed);
         if (writable && pool_.refcount(p) != 1)
-          err += "request " + std::to_string(r->id) + " layer " + std::to_string(l) + ": writable page " +
-                 std::to_string(p) + " is shared (" + std::to_string(pool_.refcount(p)) + " holders)\n";
+          err += "request " + std::to_string(r->id) + " layer " + std::to_string(l) +
+                 ": writable page " + std::to_string(p) + " is shared (" +
+                 std::to_string(pool_.refcount(p)) + " holders)\n";
       }
   cache_.for_each_entry([&](const CacheEntry& e) {
     for (const auto& lp : e.state.layer_pages)
@@ -609,10 +642,12 @@ std::string Engine::verify() const {
     const int32_t h = holders.count(p) ? holders[p] : 0;
     held += h > 0;
     if (h != pool_.refcount(p))
-      err += "page " + std::to_string(p) + ": refcount " + std::to_string(pool_.refcount(p)) + " but " +
-             std::to_string(h) + " holders\n";
+      err += "page " + std::to_string(p) + ": refcount " + std::to_string(pool_.refcount(p)) +
+             " but " + std::to_string(h) + " holders\n";
   }
-  if (held != pool_.used()) err += "pool counts " + std::to_string(pool_.used()) + " used pages, holders " + std::to_string(held) + "\n";
+  if (held != pool_.used())
+    err += "pool counts " + std::to_string(pool_.used()) + " used pages, holders " +
+           std::to_string(held) + "\n";
   return err;
 }
 

@@ -26,6 +26,9 @@ struct GenerateParams {
   bool return_logprob = false;         // the chosen token's logprob even when logprobs == 0
   std::vector<std::string> stop;        // stop strings, matched across token boundaries
   bool include_stop_str_in_output = false;  // the matched stop string ends the text (vLLM)
+  // vLLM's min_tokens: the first min_tokens tokens are never end-of-sequence or stop tokens, and
+  // stop strings are looked for only in the text after them.
+  int32_t min_tokens = 0;
   std::vector<int32_t> stop_token_ids;  // tokens that end generation (not returned)
   bool ignore_eos = false;
   int32_t priority = 0;                 // lower runs first (vLLM's convention); ties FCFS

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace mixserve {
@@ -113,8 +114,10 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
   const bool repetition = p.repetition_penalty != 1.0f && !history.seen.empty();
   const bool presence =
       (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && !history.output_tokens.empty();
+  const bool suppress =
+      step < static_cast<uint64_t>(std::max(p.min_tokens, 0)) && !p.suppressed.empty();
   int32_t chosen;
-  if (p.temperature == 0.0f && !repetition && !presence) {
+  if (p.temperature == 0.0f && !repetition && !presence && !suppress) {
     // Greedy on the raw logits: float → double is exact and monotonic, so this is the argmax
     // (lowest id among equal maxima) the general path finds, without copying the vocabulary.
     chosen = argmax(raw, vocab);
@@ -125,10 +128,14 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
   z.assign(logits, logits + vocab);
   if (repetition)
     for (int i = 0; i < vocab; ++i)
-      if (history.seen[i]) z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
+      if (history.seen[i])
+        z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
   if (presence)
     for (int32_t tok : history.output_tokens)
       if (tok < vocab) z[tok] -= penalty_amount(p, history.output_counts[tok]);
+  if (suppress)
+    for (int32_t tok : p.suppressed)
+      if (tok >= 0 && tok < vocab) z[tok] = -std::numeric_limits<double>::infinity();
 
   if (p.temperature == 0.0f) {  // greedy: lowest id among equal maxima
     chosen = argmax(z.data(), vocab);
@@ -141,7 +148,9 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     double sum = 0;
     for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp((z[i] - zmax) / p.temperature));
     for (double& v : prob) v /= sum;
-    auto better = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
+    auto better = [&](int32_t a, int32_t b) {
+      return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
+    };
     int64_t keep = vocab;
     if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
     const bool need_order = keep < vocab || p.top_p < 1.0f;
@@ -171,7 +180,8 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     ids.resize(keep);
     if (p.min_p > 0.0f) {
       const double top = need_order ? prob[ids[0]] : max_value(prob.data(), vocab);
-      ids.erase(std::remove_if(ids.begin(), ids.end(), [&](int32_t i) { return prob[i] < p.min_p * top; }),
+      ids.erase(std::remove_if(ids.begin(), ids.end(),
+                               [&](int32_t i) { return prob[i] < p.min_p * top; }),
                 ids.end());
     }
     double mass = 0;

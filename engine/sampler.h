@@ -21,6 +21,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;  // the counter-based RNG's key (GenerateParams::seed sets it)
   int logprobs = 0;  // how many top alternatives to report with each token (0..20)
+  // vLLM's min_tokens: while fewer than min_tokens tokens were generated, the `suppressed` ids
+  // (end-of-sequence and stop tokens, set by the engine) cannot be sampled.
+  int32_t min_tokens = 0;
+  std::vector<int32_t> suppressed;
 
   // Empty when valid, else a message naming the bad parameter.
   std::string validate(int vocab_size) const;

@@ -173,6 +173,11 @@ __global__ void __launch_bounds__(kThreads)
     z[t] -= static_cast<double>(__int_as_float(lists[j + 1]));
   }
   __syncthreads();
+  for (int j = P.sup_begin + tid; j < P.sup_end; j += nt) {  // min_tokens, as the host
+    const int t = lists[j];
+    if (t >= 0 && t < V) z[t] = -INFINITY;
+  }
+  __syncthreads();
 
   int chosen;
   if (P.temperature == 0.0f) {  // greedy: lowest id among equal maxima
@@ -323,6 +328,14 @@ void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
         lists.push_back(bits);
       }
       d.pen_end = static_cast<int32_t>(lists.size());
+    }
+    d.sup_begin = d.sup_end = static_cast<int32_t>(lists.size());
+    if (r.step < static_cast<uint64_t>(std::max(p.min_tokens, 0))) {
+      for (int32_t tok : p.suppressed)
+        if (tok >= 0 && tok < V) lists.push_back(tok);
+      std::sort(lists.begin() + d.sup_begin, lists.end());  // distinct: one writer per entry
+      lists.erase(std::unique(lists.begin() + d.sup_begin, lists.end()), lists.end());
+      d.sup_end = static_cast<int32_t>(lists.size());
     }
   }
   const size_t row_bytes = sizeof(DevSampleRow) * n,

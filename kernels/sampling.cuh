@@ -29,6 +29,7 @@ struct DevSampleRow {
   int32_t want_logprob = 0;              // the token's logprob (also when n_top > 0)
   int32_t seen_begin = 0, seen_end = 0;  // repetition: token ids in lists[seen_begin, seen_end)
   int32_t pen_begin = 0, pen_end = 0;    // presence/frequency: (token, float bits) pairs
+  int32_t sup_begin = 0, sup_end = 0;    // min_tokens: token ids that cannot be sampled
   uint64_t seed = 0, step = 0;
 };
 

@@ -33,6 +33,8 @@ ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> 
   p.return_logprob = req.logprobs() > 0;
   p.priority = req.priority();
   p.session = req.session();
+  p.min_tokens = clamp_u32(req.min_tokens());
+  p.include_stop_str_in_output = req.include_stop_str_in_output();
   api.timeout_s = timeout_s;
   return api;
 }

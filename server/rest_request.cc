@@ -80,7 +80,6 @@ void refuse_unsupported(const Fields& f, const json& j) {
   if (f.boolean("use_beam_search", false)) f.bad("use_beam_search", "is not supported");
   if (!f.boolean("skip_special_tokens", true))
     f.bad("skip_special_tokens", "only true is supported: special tokens are never shown as text");
-  if (f.integer("min_tokens", 0, 0, 1 << 20) != 0) f.bad("min_tokens", "only 0 is supported");
   if (f.has("response_format")) {
     const json& rf = j["response_format"];
     if (!rf.is_object() || rf.value("type", json()) != "text")
@@ -289,6 +288,7 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
   }
   g.ignore_eos = f.boolean("ignore_eos", false);
   g.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
+  g.min_tokens = static_cast<int32_t>(f.integer("min_tokens", 0, 0, 1 << 20));
   if (chat) {  // OpenAI's chat shape: logprobs true/false, top_logprobs 0..20
     if (f.boolean("logprobs", false)) {
       g.return_logprob = true;

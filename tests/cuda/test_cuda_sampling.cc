@@ -48,6 +48,15 @@ std::vector<SamplingParams> param_sets() {
   add(0.8f, 50, 0.95f, 0.02f, 1.2f, 0.5f, 0.3f, 2);
   add(2, 200, 0.8f, 0, 0.8f, -0.5f, -0.2f, 1);
   add(100, 0, 0.99f, 0, 1, 0, 0, 0);  // nearly flat: long top-p prefixes
+  // min_tokens: a suppressed list (with a repeat and an id past the vocabulary) while the step is
+  // below it, greedy and sampled, with penalties on the same ids.
+  for (float t : {0.0f, 1.0f}) {
+    add(t, 0, 1, 0, 1.1f, 0.3f, 0.1f, 2);
+    out.back().min_tokens = 1 << 20;
+    for (int32_t id = 0; id < 64; ++id) out.back().suppressed.push_back(id);
+    out.back().suppressed.push_back(3);
+    out.back().suppressed.push_back(1 << 30);
+  }
   return out;
 }
 

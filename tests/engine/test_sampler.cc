@@ -14,7 +14,9 @@
 namespace mixserve {
 namespace {
 
-std::vector<float> test_logits() { return {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -1.0f, -3.0f, 0.9f}; }
+std::vector<float> test_logits() {
+  return {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -1.0f, -3.0f, 0.9f};
+}
 
 std::vector<double> softmax(const std::vector<float>& z, double t) {
   std::vector<double> p(z.size());
@@ -27,7 +29,8 @@ std::vector<double> softmax(const std::vector<float>& z, double t) {
 std::vector<int> histogram(const SamplingParams& p, int draws, const TokenHistory& h = {}) {
   const auto z = test_logits();
   std::vector<int> counts(z.size());
-  for (int i = 0; i < draws; ++i) ++counts[sample_token(z.data(), static_cast<int>(z.size()), p, h, i).token];
+  for (int i = 0; i < draws; ++i)
+    ++counts[sample_token(z.data(), static_cast<int>(z.size()), p, h, i).token];
   return counts;
 }
 
@@ -36,6 +39,26 @@ TEST(Sampler, GreedyTakesTheArgmax) {
   p.temperature = 0;
   const auto z = test_logits();
   for (int step = 0; step < 50; ++step) EXPECT_EQ(sample_token(z.data(), 8, p, {}, step).token, 0);
+}
+
+TEST(Sampler, MinTokensSuppressesTheStopTokensUntilThen) {
+  const auto z = test_logits();  // token 0 is the argmax, token 1 the next best
+  SamplingParams p;
+  p.temperature = 0;
+  p.min_tokens = 3;
+  p.suppressed = {0, 6};
+  for (uint64_t step = 0; step < 6; ++step) {
+    const SampledToken t = sample_token(z.data(), 8, p, {}, step, true);
+    EXPECT_EQ(t.token, step < 3 ? 1 : 0) << step;
+    // The logprob stays the model's own (of the raw logits), as vLLM's logprobs are.
+    EXPECT_NEAR(t.logprob, std::log(softmax(z, 1.0)[t.token]), 1e-5);
+  }
+  p.temperature = 1.0f;  // sampled: a suppressed token never comes before min_tokens
+  p.min_tokens = 1000;
+  for (int i = 0; i < 1000; ++i) {
+    const int32_t tok = sample_token(z.data(), 8, p, {}, i).token;
+    EXPECT_TRUE(tok != 0 && tok != 6) << i;
+  }
 }
 
 TEST(Sampler, TemperatureFollowsSoftmaxChiSquare) {
@@ -71,7 +94,8 @@ TEST(Sampler, TruncationsNeverEmitExcludedTokens) {
     auto c = histogram(p, 3000);
     const std::set<int> allowed(order.begin(), order.begin() + k);
     for (size_t i = 0; i < c.size(); ++i)
-      if (!allowed.count(static_cast<int>(i))) EXPECT_EQ(c[i], 0) << "top_k " << k << " token " << i;
+      if (!allowed.count(static_cast<int>(i)))
+        EXPECT_EQ(c[i], 0) << "top_k " << k << " token " << i;
   }
   for (float top_p : {0.3f, 0.6f, 0.9f}) {
     SamplingParams p;
@@ -84,7 +108,8 @@ TEST(Sampler, TruncationsNeverEmitExcludedTokens) {
       if ((mass += prob[id]) >= top_p) break;
     }
     for (size_t i = 0; i < c.size(); ++i)
-      if (!allowed.count(static_cast<int>(i))) EXPECT_EQ(c[i], 0) << "top_p " << top_p << " token " << i;
+      if (!allowed.count(static_cast<int>(i)))
+        EXPECT_EQ(c[i], 0) << "top_p " << top_p << " token " << i;
     EXPECT_GT(c[order[0]], 0);
   }
   for (float min_p : {0.2f, 0.5f}) {
@@ -92,7 +117,8 @@ TEST(Sampler, TruncationsNeverEmitExcludedTokens) {
     p.min_p = min_p;
     auto c = histogram(p, 3000);
     for (size_t i = 0; i < c.size(); ++i)
-      if (prob[i] < min_p * prob[order[0]]) EXPECT_EQ(c[i], 0) << "min_p " << min_p << " token " << i;
+      if (prob[i] < min_p * prob[order[0]])
+        EXPECT_EQ(c[i], 0) << "min_p " << min_p << " token " << i;
   }
 }
 
@@ -104,8 +130,10 @@ TEST(Sampler, SeedsReproduceAndDiffer) {
   const auto z = test_logits();
   int same = 0;
   for (int step = 0; step < 200; ++step) {
-    EXPECT_EQ(sample_token(z.data(), 8, a, {}, step).token, sample_token(z.data(), 8, a, {}, step).token);
-    same += sample_token(z.data(), 8, a, {}, step).token == sample_token(z.data(), 8, b, {}, step).token;
+    EXPECT_EQ(sample_token(z.data(), 8, a, {}, step).token,
+              sample_token(z.data(), 8, a, {}, step).token);
+    same += sample_token(z.data(), 8, a, {}, step).token ==
+            sample_token(z.data(), 8, b, {}, step).token;
   }
   EXPECT_LT(same, 150) << "different seeds give different draws";
   EXPECT_NE(counter_uniform(1, 0), counter_uniform(1, 1));
@@ -156,8 +184,9 @@ int32_t token_by_full_sort(const std::vector<float>& z, const SamplingParams& p,
   int64_t keep = p.top_k > 0 ? std::min<int64_t>(V, p.top_k) : V;
   const bool need_order = keep < V || p.top_p < 1.0f;  // else the draw runs in id order
   if (need_order)
-    std::sort(ids.begin(), ids.end(),
-              [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); });
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+      return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
+    });
   if (p.top_p < 1.0f) {
     double mass = 0;
     int64_t n = 0;

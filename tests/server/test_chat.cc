@@ -211,7 +211,8 @@ TEST_F(Chat, TokenizeAndDetokenizeInVllmsShapes) {
   EXPECT_EQ(t["token_strs"].size(), t["tokens"].size());
   // add_special_tokens (default true) puts the model's prompt prefix first, if it has one.
   const std::vector<int32_t> with = t["tokens"].get<std::vector<int32_t>>(),
-                             bare = tokens({{"model", "plain"}, {"prompt", "In the beginning"},
+                             bare = tokens({{"model", "plain"},
+                                            {"prompt", "In the beginning"},
                                             {"add_special_tokens", false}});
   ASSERT_GE(with.size(), bare.size());
   EXPECT_TRUE(std::equal(bare.begin(), bare.end(), with.end() - bare.size()));
@@ -246,6 +247,35 @@ TEST_F(Chat, VllmsExtraFieldsAreServed) {
                                             {"truncate_prompt_tokens", 64}});
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], text.substr(0, include ? 4 : 2));
+  }
+  // min_tokens: a stop token cannot come before it. The first token of the free run, made a
+  // stop token, ends the request at once without min_tokens; with it, not before 3 tokens.
+  HttpResult first = post("/v1/completions", {{"model", "plain"},
+                                              {"prompt", "In the beginning"},
+                                              {"max_tokens", 1},
+                                              {"temperature", 0},
+                                              {"logprobs", 0},
+                                              {"return_tokens_as_token_ids", true}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  const std::string label = json::parse(first.body)["choices"][0]["logprobs"]["tokens"][0];
+  ASSERT_EQ(label.rfind("token_id:", 0), 0u) << label;
+  const int first_id = std::stoi(label.substr(9));
+  for (int min_tokens : {0, 3}) {
+    HttpResult r = post("/v1/completions", {{"model", "plain"},
+                                            {"prompt", "In the beginning"},
+                                            {"max_tokens", 12},
+                                            {"temperature", 0},
+                                            {"stop_token_ids", {first_id}},
+                                            {"min_tokens", min_tokens}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json c = json::parse(r.body);
+    if (min_tokens == 0) {
+      EXPECT_EQ(c["usage"]["completion_tokens"], 1);
+      EXPECT_EQ(c["choices"][0]["text"], "");
+    } else {
+      EXPECT_GE(c["usage"]["completion_tokens"].get<int>(), 3);
+      EXPECT_NE(c["choices"][0]["text"], "");
+    }
   }
   // truncate_prompt_tokens keeps the prompt's last tokens.
   HttpResult cut = post("/v1/completions", {{"model", "plain"},
@@ -300,8 +330,8 @@ TEST_F(Chat, BadRequestsGetA400AndQueueNothing) {
   b["prompt"] = "a chat has no prompt";
   expect_400(b, "unknown field 'prompt'");
   b = chat_body();
-  b["min_tokens"] = 3;
-  expect_400(b, "min_tokens");
+  b["min_tokens"] = 9;  // more than max_tokens
+  expect_400(b, "min_tokens must be between 0 and max_tokens");
   b = chat_body();
   b["top_logprobs"] = 2;
   expect_400(b, "needs logprobs");
