@@ -3,10 +3,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/tokenizer.h"
 #include "server/metrics.h"
@@ -17,37 +16,69 @@ namespace mixserve {
 
 using json = nlohmann::json;
 
-static std::string dump(const json& j) { return json_text(j); }
+static std::string dump(const json& j) {
+  return json_text(j);
+}
 
 int http_status(ApiCode code) {
   switch (code) {
-    case ApiCode::kInvalidArgument: return 400;
-    case ApiCode::kUnauthenticated: return 401;
-    case ApiCode::kNotFound: return 404;
-    case ApiCode::kPayloadTooLarge: return 413;
-    case ApiCode::kResourceExhausted: return 429;
-    case ApiCode::kUnavailable: return 503;
-    case ApiCode::kDeadlineExceeded: return 504;
-    default: return 500;
+    case ApiCode::kInvalidArgument:
+      return 400;
+    case ApiCode::kUnauthenticated:
+      return 401;
+    case ApiCode::kNotFound:
+      return 404;
+    case ApiCode::kPayloadTooLarge:
+      return 413;
+    case ApiCode::kResourceExhausted:
+      return 429;
+    case ApiCode::kUnavailable:
+      return 503;
+    case ApiCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
   }
 }
 
-std::string RestGateway::error_json(int status, const std::string& message, const std::string& param) {
+std::string RestGateway::error_json(int status, const std::string& message,
+                                    const std::string& param) {
   std::string type = "invalid_request_error", code;
   switch (status) {
-    case 401: type = "authentication_error", code = "invalid_api_key"; break;
-    case 404: code = "model_not_found"; break;
-    case 405: code = "method_not_allowed"; break;
-    case 408: type = "timeout_error", code = "request_timeout"; break;
-    case 413: code = "request_too_large"; break;
-    case 429: type = "rate_limit_error", code = "queue_full"; break;
-    case 503: type = "server_error", code = "service_unavailable"; break;
-    case 504: type = "timeout_error", code = "deadline_exceeded"; break;
+    case 401:
+      type = "authentication_error", code = "invalid_api_key";
+      break;
+    case 404:
+      code = "model_not_found";
+      break;
+    case 405:
+      code = "method_not_allowed";
+      break;
+    case 408:
+      type = "timeout_error", code = "request_timeout";
+      break;
+    case 413:
+      code = "request_too_large";
+      break;
+    case 429:
+      type = "rate_limit_error", code = "queue_full";
+      break;
+    case 503:
+      type = "server_error", code = "service_unavailable";
+      break;
+    case 504:
+      type = "timeout_error", code = "deadline_exceeded";
+      break;
     default:
-      if (status >= 500) type = "server_error", code = "internal_error";
-      else code = "invalid_request";
+      if (status >= 500)
+        type = "server_error", code = "internal_error";
+      else
+        code = "invalid_request";
   }
-  json e = {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", code}};
+  json e = {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json() : json(param)},
+            {"code", code}};
   return dump(json{{"error", e}});
 }
 
@@ -75,7 +106,8 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> e
   auto err = [&](int status, const std::string& msg, const std::string& param = "") {
     reply(ex, p, status, "application/json", error_json(status, msg, param));
   };
-  const bool open = opts_.auth_exempt_health && (p == "/health" || p == "/ready" || p == "/metrics");
+  const bool open =
+      opts_.auth_exempt_health && (p == "/health" || p == "/ready" || p == "/metrics");
   const bool page = p == "/" || p.rfind("/static/", 0) == 0;
   if (!open && !page && !keys_.allows(req.header("authorization")))
     return err(401, "a valid API key is required (Authorization: Bearer <key>)");
@@ -90,7 +122,8 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> e
   }
   if (p == "/metrics") {
     if (req.method != "GET") return err(405, "use GET");
-    return reply(ex, p, 200, "text/plain; version=0.0.4; charset=utf-8", metrics_ ? metrics_->render(hub_) : "");
+    return reply(ex, p, 200, "text/plain; version=0.0.4; charset=utf-8",
+                 metrics_ ? metrics_->render(hub_) : "");
   }
   if (p == "/v1/models") {
     if (req.method != "GET") return err(405, "use GET");
@@ -111,11 +144,17 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> e
 void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
   json data = json::array();
   for (const auto& m : hub_.models())
-    data.push_back({{"id", m->model.id}, {"object", "model"}, {"created", 0}, {"owned_by", "mixserve"},
-                    {"max_model_len", m->model.config.max_seq_len}, {"vocab_size", m->model.config.vocab_size},
+    data.push_back({{"id", m->model.id},
+                    {"object", "model"},
+                    {"created", 0},
+                    {"owned_by", "mixserve"},
+                    {"max_model_len", m->model.config.max_seq_len},
+                    {"vocab_size", m->model.config.vocab_size},
                     {"mixers", m->mixers},
-                    {"backend", m->backend}, {"format", m->model.format},
-                    {"tokenizer", m->model.tokenizer_kind()}, {"root", m->model.dir}});
+                    {"backend", m->backend},
+                    {"format", m->model.format},
+                    {"tokenizer", m->model.tokenizer_kind()},
+                    {"root", m->model.dir}});
   reply(ex, "/v1/models", 200, "application/json", dump(json{{"object", "list"}, {"data", data}}));
 }
 
@@ -141,8 +180,10 @@ void RestGateway::tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange>
     const int status = http_status(e->code);
     return reply(ex, path, status, "application/json", error_json(status, e->message, e->param));
   }
-  json body = {{"count", ids.size()}, {"max_model_len", served->model.config.max_seq_len},
-               {"tokens", ids}, {"token_strs", nullptr}};
+  json body = {{"count", ids.size()},
+               {"max_model_len", served->model.config.max_seq_len},
+               {"tokens", ids},
+               {"token_strs", nullptr}};
   if (t.return_token_strs) {
     json strs = json::array();
     for (int32_t id : ids) strs.push_back(served->model.tokenizer->id_to_piece(id));
@@ -163,7 +204,8 @@ void RestGateway::detokenize(const HttpRequest& req, std::shared_ptr<HttpExchang
   if (!served) return;
   const Tokenizer* tok = served->model.tokenizer.get();
   if (!tok)
-    return fail({ApiCode::kInvalidArgument, "model \"" + served->model.id + "\" has no tokenizer", "model"});
+    return fail({ApiCode::kInvalidArgument, "model \"" + served->model.id + "\" has no tokenizer",
+                 "model"});
   for (int32_t id : d.tokens)
     if (id >= tok->vocab_size())
       return fail({ApiCode::kInvalidArgument,
@@ -184,11 +226,12 @@ void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchan
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string ext = file.extension().string();
-  const std::string type = ext == ".html" ? "text/html; charset=utf-8"
-                           : ext == ".js" ? "text/javascript; charset=utf-8"
+  const std::string type = ext == ".html"  ? "text/html; charset=utf-8"
+                           : ext == ".js"  ? "text/javascript; charset=utf-8"
                            : ext == ".css" ? "text/css; charset=utf-8"
                            : ext == ".svg" ? "image/svg+xml"
-                           : ext == ".png" ? "image/png" : "application/octet-stream";
+                           : ext == ".png" ? "image/png"
+                                           : "application/octet-stream";
   reply(ex, req.path, 200, type, ss.str());
 }
 
@@ -201,25 +244,39 @@ std::string random_id(const char* prefix) {
   return buf;
 }
 
+// One choice of a completion (n > 1 gives several): its request in the engine and what it has
+// produced so far.
+struct Choice {
+  Submission sub;
+  bool submitted = false, ended = false;
+  std::string text;                    // non-streaming: the whole text
+  std::vector<int32_t> tokens;         // every token so far
+  std::vector<SampledToken> logprobs;  // non-streaming
+  FinishReason finish = FinishReason::kNone;
+  Usage usage;
+};
+
 // One completion in flight, touched only on its connection's strand.
 struct Completion {
-  Submission sub;
+  std::vector<Choice> choices;  // n of them; choice 0 is submitted first
+  ApiRequest api;               // what choices 1.. are submitted with
+  const ModelHub* hub = nullptr;
+  std::function<void()> notify;  // the engine's callback: drains on the strand
+  ServedModel* served = nullptr;
   std::shared_ptr<HttpExchange> ex;
-  bool chat = false, stream = false, include_usage = false, echo = false, ended = false;
-  bool continuous_usage = false, tokens_as_ids = false;
-  std::string path;  // the route, for the metrics
+  bool chat = false, stream = false, include_usage = false, echo = false;
+  bool continuous_usage = false, tokens_as_ids = false, return_logprob = false;
+  bool ended = false;  // the response is complete (or the client is gone)
+  std::string path;    // the route, for the metrics
   std::string id, model, prompt_text;
   int64_t created = 0;
-  std::string text;  // non-streaming: the whole completion
-  std::vector<int32_t> tokens;
-  std::vector<SampledToken> logprobs;
   Metrics* metrics = nullptr;
 };
 
 // A token as logprobs show it: its text, or "token_id:42" (vLLM's return_tokens_as_token_ids,
 // and always for a model without a tokenizer).
 std::string token_label(const Completion& c, int32_t id) {
-  const Tokenizer* tok = c.sub.served->model.tokenizer.get();
+  const Tokenizer* tok = c.served->model.tokenizer.get();
   return tok && !c.tokens_as_ids ? tok->token_text(id) : "token_id:" + std::to_string(id);
 }
 
@@ -265,100 +322,169 @@ json logprobs_json(const Completion& c, const std::vector<SampledToken>& lp) {
 }
 
 const char* openai_finish(FinishReason r) {
-  return r == FinishReason::kStop ? "stop" : r == FinishReason::kLength ? "length" : finish_reason_name(r);
+  return r == FinishReason::kStop     ? "stop"
+         : r == FinishReason::kLength ? "length"
+                                      : finish_reason_name(r);
 }
 
 json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-void send_event(Completion& c, const json& body) { c.ex->send(sse_event(body)); }
+// The usage of the whole request: the prompt once (its first choice's count and cache hit), the
+// completion tokens of every choice. So far, while some still run.
+Usage total_usage(const Completion& c) {
+  Usage u;
+  u.prompt_tokens = static_cast<int32_t>(c.choices[0].sub.params.prompt.size());
+  u.cached_tokens = c.choices[0].usage.cached_tokens;
+  for (const Choice& ch : c.choices)  // the engine's count once it has ended (a stop token too)
+    u.completion_tokens +=
+        ch.ended ? ch.usage.completion_tokens : static_cast<int32_t>(ch.tokens.size());
+  return u;
+}
 
-// A response (whole = true) or a stream chunk with one choice. Chat: the text is the assistant
-// message's content, or in a chunk the delta's (the first chunk also says the role).
-json chunk(Completion& c, const std::string& text, const json& logprobs, const json& finish,
-           bool whole = false, bool first = false) {
-  json choice = {{"index", 0}};
-  const char* object = "text_completion";
-  if (c.chat) {
-    object = whole ? "chat.completion" : "chat.completion.chunk";
-    if (whole) {
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    } else {
-      choice["delta"] = json::object();
-      if (first) choice["delta"]["role"] = "assistant";
-      if (first || !text.empty()) choice["delta"]["content"] = text;
-    }
+void send_event(Completion& c, const json& body) {
+  c.ex->send(sse_event(body));
+}
+
+// Choice `index` of a response (whole = true) or of a stream chunk. Chat: the text is the
+// assistant message's content, or in a chunk the delta's (the first chunk also says the role).
+json choice_json(const Completion& c, size_t index, const std::string& text, const json& logprobs,
+                 const json& finish, bool whole, bool first = false) {
+  json choice = {{"index", index}};
+  if (c.chat && whole) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else if (c.chat) {
+    choice["delta"] = json::object();
+    if (first) choice["delta"]["role"] = "assistant";
+    if (first || !text.empty()) choice["delta"]["content"] = text;
   } else {
     choice["text"] = text;
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish;
-  return {{"id", c.id}, {"object", object}, {"created", c.created}, {"model", c.model},
-          {"choices", json::array({choice})}};
+  return choice;
 }
 
-// A stream chunk, with the usage so far when stream_options.continuous_usage_stats asks for it.
-void send_chunk(Completion& c, const std::string& text, const std::vector<SampledToken>& lp,
-                const json& finish, bool first = false) {
-  json body = chunk(c, text, lp.empty() ? json() : logprobs_json(c, lp), finish, false, first);
-  if (c.continuous_usage) {
-    Usage u;
-    u.prompt_tokens = static_cast<int32_t>(c.sub.params.prompt.size());
-    u.completion_tokens = static_cast<int32_t>(c.tokens.size());
-    body["usage"] = usage_json(u);
-  }
+json envelope(const Completion& c, bool whole, json choices) {
+  const char* object = !c.chat ? "text_completion"
+                       : whole ? "chat.completion"
+                               : "chat.completion.chunk";
+  return {{"id", c.id},
+          {"object", object},
+          {"created", c.created},
+          {"model", c.model},
+          {"choices", std::move(choices)}};
+}
+
+// A stream chunk of one choice, with the usage so far when continuous_usage_stats asks for it.
+void send_chunk(Completion& c, size_t index, const std::string& text,
+                const std::vector<SampledToken>& lp, const json& finish, bool first = false) {
+  json body =
+      envelope(c, false,
+               json::array({choice_json(c, index, text, lp.empty() ? json() : logprobs_json(c, lp),
+                                        finish, false, first)}));
+  if (c.continuous_usage) body["usage"] = usage_json(total_usage(c));
   send_event(c, body);
+}
+
+// Ends the response with an error: a status (non-streaming) or an error event (streaming); the
+// other choices are cancelled.
+void fail(Completion& c, int status, const std::string& message) {
+  c.ended = true;
+  for (Choice& ch : c.choices)
+    if (ch.submitted && !ch.ended) c.served->engine->cancel(ch.sub.id);
+  if (!c.stream) {
+    if (c.metrics) c.metrics->observe_http(c.path, status);
+    return c.ex->respond(status, "application/json", RestGateway::error_json(status, message));
+  }
+  send_event(c, json::parse(RestGateway::error_json(status, message)));
+  c.ex->send("data: [DONE]\n\n");
+  c.ex->finish();
+}
+
+// Every choice has ended: the whole response, or the stream's usage and end.
+void complete(Completion& c) {
+  c.ended = true;
+  const Usage usage = total_usage(c);
+  if (!c.stream) {
+    if (c.metrics) c.metrics->observe_http(c.path, 200);
+    json choices = json::array();
+    for (size_t i = 0; i < c.choices.size(); ++i) {
+      const Choice& ch = c.choices[i];
+      json lp = c.return_logprob ? logprobs_json(c, ch.logprobs) : json();
+      choices.push_back(choice_json(c, i, (c.echo ? c.prompt_text : "") + ch.text, lp,
+                                    openai_finish(ch.finish), true));
+    }
+    json body = envelope(c, true, std::move(choices));
+    body["usage"] = usage_json(usage);
+    return c.ex->respond(200, "application/json", dump(body));
+  }
+  if (c.include_usage) {
+    json u = envelope(c, false, json::array());
+    u["usage"] = usage_json(usage);
+    send_event(c, u);
+  }
+  c.ex->send("data: [DONE]\n\n");
+  c.ex->finish();
+}
+
+// Choices 1.. go in once choice 0 has its first event: its prompt is then in the prefix cache
+// (with its logits), so they start from it without prefilling the prompt again. Choice i's seed
+// is the request's seed + i, so choice 0 samples what the same request with n = 1 does.
+void submit_rest(Completion& c) {
+  for (size_t i = 1; i < c.choices.size(); ++i) {
+    ApiRequest api = c.api;
+    if (api.params.seed) api.params.seed = (*api.params.seed + i) & uint64_t{INT64_MAX};
+    Choice& ch = c.choices[i];
+    if (auto e = c.hub->submit(api, ch.sub, c.notify))
+      return fail(c, http_status(e->code), e->message);
+    ch.submitted = true;
+  }
 }
 
 // Takes every event the engine has produced for c and writes what it means (on c's strand).
 void drain(const std::shared_ptr<Completion>& c) {
   TokenOutput out;
-  while (!c->ended && c->sub.channel->try_pop(out)) {
-    const bool last = out.finish != FinishReason::kNone;
-    if (out.token >= 0) c->tokens.push_back(out.token);
-    if (!c->stream) {
-      c->text += out.text;
-      for (auto& s : out.logprobs) c->logprobs.push_back(std::move(s));
-    } else if (!last && (!out.text.empty() || !out.logprobs.empty())) {
-      send_chunk(*c, out.text, out.logprobs, json());
-    }
-    if (!last) continue;
-    c->ended = true;
-    // Cancelled without a message: the client is gone, nothing to send. With one, the server
-    // cancelled it (shutdown past the grace period): 503, so that no stream just stops.
-    if (out.finish == FinishReason::kCancelled && out.error.empty()) return;
-    const int status = out.finish == FinishReason::kDeadline    ? 504
-                       : out.finish == FinishReason::kError     ? 500
-                       : out.finish == FinishReason::kCancelled ? 503
-                                                                : 200;
-    const std::string message = out.finish == FinishReason::kDeadline
-                                    ? "the request's timeout passed before the completion finished"
-                                    : out.error;
-    if (!c->stream) {
-      if (c->metrics) c->metrics->observe_http(c->path, status);
-      if (status != 200) return c->ex->respond(status, "application/json", RestGateway::error_json(status, message));
-      json lp = c->sub.params.return_logprob ? logprobs_json(*c, c->logprobs) : json();
-      json body = chunk(*c, (c->echo ? c->prompt_text : "") + c->text, lp, openai_finish(out.finish), true);
-      body["usage"] = usage_json(out.usage);
-      return c->ex->respond(200, "application/json", dump(body));
-    }
-    if (status != 200) {
-      send_event(*c, json::parse(RestGateway::error_json(status, message)));
-    } else {
-      send_chunk(*c, out.text, out.logprobs, openai_finish(out.finish));
-      if (c->include_usage) {
-        json u = chunk(*c, "", json(), json());
-        u["choices"] = json::array();
-        u["usage"] = usage_json(out.usage);
-        send_event(*c, u);
+  for (size_t i = 0; i < c->choices.size() && !c->ended; ++i) {
+    Choice& ch = c->choices[i];
+    while (ch.submitted && !ch.ended && !c->ended && ch.sub.channel->try_pop(out)) {
+      if (i == 0 && c->choices.size() > 1 && !c->choices[1].submitted) {
+        submit_rest(*c);
+        if (c->ended) return;
       }
+      const bool last = out.finish != FinishReason::kNone;
+      if (out.token >= 0) ch.tokens.push_back(out.token);
+      if (!c->stream) {
+        ch.text += out.text;
+        for (auto& s : out.logprobs) ch.logprobs.push_back(std::move(s));
+      } else if (!last && (!out.text.empty() || !out.logprobs.empty())) {
+        send_chunk(*c, i, out.text, out.logprobs, json());
+      }
+      if (!last) continue;
+      ch.ended = true;
+      ch.finish = out.finish;
+      ch.usage = out.usage;
+      // Cancelled without a message: the client is gone, nothing to send. With one, the server
+      // cancelled it (shutdown past the grace period): 503, so that no stream just stops.
+      if (out.finish == FinishReason::kCancelled && out.error.empty()) {
+        c->ended = true;
+        return;
+      }
+      if (out.finish == FinishReason::kDeadline)
+        return fail(*c, 504, "the request's timeout passed before the completion finished");
+      if (out.finish == FinishReason::kError) return fail(*c, 500, out.error);
+      if (out.finish == FinishReason::kCancelled) return fail(*c, 503, out.error);
+      if (c->stream) send_chunk(*c, i, out.text, out.logprobs, openai_finish(out.finish));
     }
-    c->ex->send("data: [DONE]\n\n");
-    c->ex->finish();
   }
+  if (c->ended) return;
+  for (const Choice& ch : c->choices)
+    if (!ch.ended) return;
+  complete(*c);
 }
 
 }  // namespace
@@ -376,30 +502,43 @@ void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchan
   c->chat = chat, c->path = path;
   c->stream = parsed.stream, c->include_usage = parsed.include_usage, c->echo = parsed.echo;
   c->continuous_usage = parsed.continuous_usage, c->tokens_as_ids = parsed.tokens_as_ids;
-  const ApiRequest& api = parsed.api;
+  c->return_logprob = parsed.api.params.return_logprob;
+  c->choices.resize(parsed.n);
+  c->hub = &hub_;
   c->ex = ex;
   c->metrics = metrics_;
   c->id = random_id(chat ? "chatcmpl" : "cmpl");
-  c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  c->prompt_text = api.prompt_text.value_or("");
+  c->created = std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+  c->prompt_text = parsed.api.prompt_text.value_or("");
   std::weak_ptr<Completion> weak = c;
   // The engine calls notify after each event; the events are turned into bytes on the strand.
-  auto notify = [weak, ex] {
+  c->notify = [weak, ex] {
     ex->post([weak] {
       if (auto c = weak.lock()) drain(c);
     });
   };
-  if (auto e = hub_.submit(api, c->sub, notify)) return fail(*e);
-  c->model = c->sub.served->model.id;
-  ServedModel* served = c->sub.served;
-  const uint64_t id = c->sub.id;
-  // Keep c alive until its response is done; cancel the request if the client leaves first.
-  ex->on_client_gone([served, id, c] { served->engine->cancel(id); });
+  if (auto e = hub_.submit(parsed.api, c->choices[0].sub, c->notify)) return fail(*e);
+  c->choices[0].submitted = true;
+  c->api = std::move(parsed.api);
+  c->served = c->choices[0].sub.served;
+  c->model = c->served->model.id;
+  // Keep c alive until its response is done; cancel its requests if the client leaves first.
+  ex->on_client_gone([c] {
+    for (Choice& ch : c->choices)
+      if (ch.submitted && !ch.ended) c->served->engine->cancel(ch.sub.id);
+  });
   if (c->stream) {
     if (metrics_) metrics_->observe_http(path, 200);
     ex->start_stream(200, "text/event-stream");
-    if (c->chat) send_chunk(*c, "", {}, json(), true);  // the role, first
-    if (c->echo && !c->prompt_text.empty()) send_event(*c, chunk(*c, c->prompt_text, json(), json()));
+    for (size_t i = 0; i < c->choices.size(); ++i) {
+      if (c->chat) send_chunk(*c, i, "", {}, json(), true);  // the role, first
+      if (c->echo && !c->prompt_text.empty())
+        send_event(
+            *c, envelope(*c, false,
+                         json::array({choice_json(*c, i, c->prompt_text, json(), json(), false)})));
+    }
   }
   ex->post([c] { drain(c); });
 }

@@ -302,8 +302,13 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
     out.echo = f.boolean("echo", false);
   }
   out.tokens_as_ids = f.boolean("return_tokens_as_token_ids", false);
-  if (f.integer("n", 1, 1, 1) != 1 || f.integer("best_of", 1, 1, 1) != 1)
-    f.bad("n", "only 1 is supported");
+  out.n = static_cast<int32_t>(f.integer("n", 1, 1, 64));
+  if (f.has("best_of") && f.integer("best_of", 1, 1, 64) != out.n)
+    f.bad("best_of", "must equal n (choosing the best of more samples is not supported)");
+  if (out.n > 1 && f.has("session"))
+    f.bad("n",
+          "must be 1 for a request that keeps a session (each choice would end in its own "
+          "state)");
   g.priority = static_cast<int32_t>(f.integer("priority", 0, -1000000, 1000000));
   g.session = f.string("session");
   if (f.has("timeout")) r.timeout_s = f.number("timeout", 0, 1e-3, 86400.0);

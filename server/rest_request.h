@@ -17,6 +17,7 @@ struct CompletionRequest {
   bool stream = false, include_usage = false, echo = false;
   bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage in every chunk
   bool tokens_as_ids = false;     // return_tokens_as_token_ids: logprobs say "token_id:42"
+  int32_t n = 1;                  // choices: independent samples of the one prompt
 };
 
 // Parses and type/range-checks the body. Never throws: bad JSON, an unknown field or a wrong

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "mixserve/v1/generation.grpc.pb.h"
@@ -198,6 +199,64 @@ TEST_F(Chat, GrpcChatGivesTheRestTokens) {
     const grpc::Status s = r2->Finish();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   }
+}
+
+TEST_F(Chat, SeveralChoicesShareOnePrefill) {
+  // A prompt no other test sends, long enough for the prefix cache (16 tokens and more).
+  const std::string prompt =
+      "And the LORD spake unto Moses in the wilderness of Sinai, in the tabernacle of the "
+      "congregation, on the first day of the second month";
+  auto hit_tokens = [] {
+    return metric(curl(server_->http_url("/metrics")).body,
+                  "mixserve_prefix_cache_hit_tokens_total{model=\"plain\"}");
+  };
+  const double hits_before = hit_tokens();
+  json body = {{"model", "plain"},   {"prompt", prompt}, {"max_tokens", 8},
+               {"temperature", 1.0}, {"seed", 7},        {"n", 3}};
+  HttpResult r = post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = json::parse(r.body);
+  ASSERT_EQ(c["choices"].size(), 3u);
+  int completion_tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c["choices"][i]["index"], i);
+    // Choice i is the request with n = 1 and seed 7 + i.
+    json one = body;
+    one["n"] = 1;
+    one["seed"] = 7 + i;
+    HttpResult alone = post("/v1/completions", one);
+    ASSERT_EQ(alone.status, 200) << alone.body;
+    const json a = json::parse(alone.body);
+    EXPECT_EQ(c["choices"][i]["text"], a["choices"][0]["text"]) << i;
+    completion_tokens += a["usage"]["completion_tokens"].get<int>();
+  }
+  EXPECT_EQ(c["usage"]["completion_tokens"], completion_tokens);
+  const int prompt_tokens = c["usage"]["prompt_tokens"];
+  EXPECT_GE(prompt_tokens, 16);
+  // Choices 1 and 2 started from choice 0's prompt state: the prompt was prefilled once. (The
+  // three n = 1 requests hit the cache too.)
+  EXPECT_EQ(hit_tokens() - hits_before, 5.0 * prompt_tokens);
+
+  // Streamed: every choice's deltas under its index, then one usage chunk.
+  json chat = chat_body(6);
+  chat["n"] = 2;
+  chat["stream"] = true;
+  chat["stream_options"] = {{"include_usage", true}};
+  HttpResult s = post("/v1/chat/completions", chat);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::map<int, int> finishes, roles;
+  for (const json& ev : events(s.body)) {
+    if (ev["choices"].empty()) continue;
+    const int index = ev["choices"][0]["index"];
+    if (ev["choices"][0]["delta"].contains("role")) ++roles[index];
+    if (!ev["choices"][0]["finish_reason"].is_null()) ++finishes[index];
+  }
+  EXPECT_EQ(roles, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}}));
+  // n with a session, or best_of other than n: 400.
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"n", 2}, {"session", "s"}}).status, 400);
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"n", 2}, {"best_of", 3}}).status, 400);
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "x"}, {"n", 65}}).status, 400);
 }
 
 TEST_F(Chat, TokenizeAndDetokenizeInVllmsShapes) {

@@ -134,7 +134,7 @@ TEST_F(Rest, BadInputsGetClearErrorsAndQueueNothing) {
       {"presence_penalty out of range", R"({"prompt":"a","presence_penalty":3})", 400, "presence_penalty"},
       {"repetition_penalty 0", R"({"prompt":"a","repetition_penalty":0})", 400, "repetition_penalty"},
       {"logprobs above 20", R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
-      {"n above 1", R"({"prompt":"a","n":2})", 400, "n"},
+      {"n above 64", R"({"prompt":"a","n":65})", 400, "n"},
       {"stop of the wrong type", R"({"prompt":"a","stop":5})", 400, "stop"},
       {"empty stop string", R"({"prompt":"a","stop":[""]})", 400, "stop"},
       {"unknown field", R"({"prompt":"a","max_token":5})", 400, "max_token"},
