@@ -19,12 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_args.h"
 #include "engine/model_weights.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
 #include "engine/sequence_state.h"
 #include "kernels/cuda_backend.h"
-#include "server/cli_args.h"
 
 namespace mixserve {
 namespace {
@@ -203,7 +203,7 @@ nlohmann::json context_sweep(const ModelConfig& cfg, const WeightSource& w, Cuda
 
 int main(int argc, char** argv) {
   using namespace mixserve;
-  CliArgs a("mixserve-cuda-bench", "Decode step time of the CUDA backend per mixer and batch size.");
+  BenchArgs a("mixserve-cuda-bench", "Decode step time of the CUDA backend per mixer and batch size.");
   a.flag("mixers", "aft_simple,aft_local,aft_full,attention,retnet,she,he,we,me,rwkv,linear,performer",
          "mixer kinds (one model of m layers each)");
   a.flag("batches", "1,8,64,256", "batch sizes");

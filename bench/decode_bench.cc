@@ -12,12 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_args.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/gemm.h"
 #include "engine/model_dir.h"
 #include "engine/page_pool.h"
 #include "engine/sequence_state.h"
-#include "server/cli_args.h"
 
 namespace mixserve {
 namespace {
@@ -85,7 +85,7 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
 
 int main(int argc, char** argv) {
   using namespace mixserve;
-  CliArgs a("mixserve-bench", "Decode throughput of the CPU backend (JSON per model and batch size).");
+  BenchArgs a("mixserve-bench", "Decode throughput of the CPU backend (JSON per model and batch size).");
   a.flag("model", "", "model directory", true);
   a.flag("batches", "1,8,64", "batch sizes");
   a.flag("steps", "48", "decode steps timed");

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_args.h"
 #include "engine/engine.h"
 #include "server/backend_select.h"
-#include "server/cli_args.h"
 
 namespace mixserve {
 namespace {
@@ -45,7 +45,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   using namespace mixserve;
-  CliArgs a("mixserve-pool-bench", "Prefix-cache TTFT and pool efficiency on the CPU backend.");
+  BenchArgs a("mixserve-pool-bench", "Prefix-cache TTFT and pool efficiency on the CPU backend.");
   a.flag("model", "", "model directory (its max_seq_len must exceed --prompt-tokens)");
   a.flag("prompt-tokens", "512", "length of the repeated prompt");
   a.flag("repeats", "5", "timed repeats per case");

@@ -12,13 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "engine/engine.h"
 #include "engine/null_backend.h"
-#include "server/cli_args.h"
 
 int main(int argc, char** argv) {
   using namespace mixserve;
-  CliArgs a("mixserve-sched-bench", "Host scheduling overhead per engine step (null backend).");
+  BenchArgs a("mixserve-sched-bench", "Host scheduling overhead per engine step (null backend).");
   a.flag("running", "256", "requests decoding at once");
   a.flag("steps", "2560",
          "steps timed (5 windows of 512: each has the same number of request turnovers)");

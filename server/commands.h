@@ -1,4 +1,5 @@
-// The subcommands of the mixserve binary.
+// The subcommands of the mixserve binary. Each parses its flags (argv after the subcommand's
+// name) with the shared flag layer, cli/flags.h: exit code 2 on a bad flag, before anything loads.
 #pragma once
 
 namespace mixserve {

@@ -2,39 +2,68 @@
 
 namespace mixserve {
 
-void add_sampling_flags(CliArgs& a) {
-  a.flag("max-tokens", "64", "tokens to generate at most");
-  a.flag("temperature", "1.0", "sampling temperature; 0 is greedy");
-  a.flag("top-k", "0", "keep the k most likely tokens (0: off)");
-  a.flag("top-p", "1.0", "keep the smallest set of tokens with this much probability (1: off)");
-  a.flag("min-p", "0.0", "drop tokens below min-p times the top probability (0: off)");
-  a.flag("repetition-penalty", "1.0", "divide logits of tokens seen in prompt or output (1: off)");
-  a.flag("presence-penalty", "0.0", "subtract from logits of tokens already generated");
-  a.flag("frequency-penalty", "0.0", "subtract this times the count of each generated token");
-  a.flag("seed", "", "seed of the request's sampler (unset: random)");
-  a.flag("stop", "", "stop string (not included in the output)", true);
-  a.flag("stop-token-id", "", "token id that ends generation", true);
-  a.toggle("ignore-eos", "keep generating past the end-of-sequence token");
-  a.flag("logprobs", "0", "report this many top alternatives per token (0..20)");
-  a.flag("priority", "0", "scheduling priority; lower runs first");
+void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
+  app.add_option("--max-tokens", f.max_tokens, "tokens to generate at most")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--temperature", f.temperature, "sampling temperature; 0 is greedy")
+      ->check(cli::number(0, 100))
+      ->capture_default_str();
+  app.add_option("--top-k", f.top_k, "keep the k most likely tokens (0: off)")
+      ->check(cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--top-p", f.top_p,
+                 "keep the smallest set of tokens with this much probability (1: off)")
+      ->check(cli::number(0, 1, true))
+      ->capture_default_str();
+  app.add_option("--min-p", f.min_p, "drop tokens below min-p times the top probability (0: off)")
+      ->check(cli::fraction())
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", f.repetition_penalty,
+                 "divide logits of tokens seen in prompt or output (1: off)")
+      ->check(cli::number(0, 10, true))
+      ->capture_default_str();
+  app.add_option("--presence-penalty", f.presence_penalty,
+                 "subtract from logits of tokens already generated")
+      ->check(cli::number(-2, 2))
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", f.frequency_penalty,
+                 "subtract this times the count of each generated token")
+      ->check(cli::number(-2, 2))
+      ->capture_default_str();
+  f.seed_flag = app.add_option("--seed", f.seed, "seed of the request's sampler (unset: random)")
+                    ->check(cli::integer(0));
+  cli::add_list(app, "--stop", f.stop, "stop string (not included in the output)");
+  cli::add_list(app, "--stop-token-id", f.stop_token_ids,
+                "token id that ends generation (a list: 1,2,3)")
+      ->delimiter(',')
+      ->check(cli::integer(0, cli::kIntMax));
+  cli::add_bool(app, "--ignore-eos", f.ignore_eos,
+                "keep generating past the end-of-sequence token");
+  app.add_option("--logprobs", f.logprobs, "report this many top alternatives per token")
+      ->check(cli::integer(0, 20))
+      ->capture_default_str();
+  app.add_option("--priority", f.priority, "scheduling priority; lower runs first")
+      ->check(cli::integer(std::numeric_limits<int32_t>::min(), cli::kIntMax))
+      ->capture_default_str();
 }
 
-GenerateParams sampling_from_flags(const CliArgs& a) {
+GenerateParams SamplingFlags::params() const {
   GenerateParams p;
-  p.max_tokens = static_cast<int32_t>(a.integer("max-tokens"));
-  p.sampling.temperature = static_cast<float>(a.number("temperature"));
-  p.sampling.top_k = static_cast<int>(a.integer("top-k"));
-  p.sampling.top_p = static_cast<float>(a.number("top-p"));
-  p.sampling.min_p = static_cast<float>(a.number("min-p"));
-  p.sampling.repetition_penalty = static_cast<float>(a.number("repetition-penalty"));
-  p.sampling.presence_penalty = static_cast<float>(a.number("presence-penalty"));
-  p.sampling.frequency_penalty = static_cast<float>(a.number("frequency-penalty"));
-  p.sampling.logprobs = static_cast<int>(a.integer("logprobs"));
-  if (!a.str("seed").empty()) p.seed = static_cast<uint64_t>(a.integer("seed"));
-  for (const std::string& s : a.all("stop")) p.stop.push_back(s);
-  for (const std::string& s : a.all("stop-token-id")) p.stop_token_ids.push_back(std::stoi(s));
-  p.ignore_eos = a.on("ignore-eos");
-  p.priority = static_cast<int32_t>(a.integer("priority"));
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = static_cast<float>(temperature);
+  p.sampling.top_k = top_k;
+  p.sampling.top_p = static_cast<float>(top_p);
+  p.sampling.min_p = static_cast<float>(min_p);
+  p.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
+  p.sampling.presence_penalty = static_cast<float>(presence_penalty);
+  p.sampling.frequency_penalty = static_cast<float>(frequency_penalty);
+  p.sampling.logprobs = logprobs;
+  if (seed_flag && seed_flag->count() > 0) p.seed = seed;
+  p.stop = stop;
+  p.stop_token_ids = stop_token_ids;
+  p.ignore_eos = ignore_eos;
+  p.priority = priority;
   return p;
 }
 

@@ -1,17 +1,17 @@
 // `mixserve serve`: the engines behind the gRPC service and the REST gateway, with metrics,
 // API keys, TLS, and a draining shutdown on SIGTERM/SIGINT.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+
 #include <csignal>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/security/server_credentials.h>
-
+#include "cli/flags.h"
 #include "engine/mixers/registry.h"
 #include "server/backend_select.h"
-#include "server/cli_args.h"
 #include "server/commands.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
@@ -28,58 +28,170 @@ std::string read_text(const std::string& path) {
 }
 }  // namespace
 
+namespace {
+// Every flag of `mixserve serve`, typed, with its default.
+struct ServeFlags {
+  std::vector<std::string> models, served_names, chat_templates, api_keys;
+  std::string host = "127.0.0.1", backend = "auto", api_key_file, tls_cert, tls_key,
+              static_dir = "clients/playground";
+  int grpc_port = 50051, http_port = 8000, threads = 0, max_batch = 256, max_queue = 1024,
+      step_token_budget = 512, prefill_chunk = 256, cache_entries = 4096, http_threads = 4;
+  int64_t pool_bytes = 0, max_body_bytes = 1048576, max_prompt_chars = 262144, max_tokens_limit = 0;
+  double gpu_memory_fraction = 0, gpu_memory_utilization = 0, session_ttl = 600, drain_seconds = 30,
+         header_timeout = 10, body_timeout = 30, write_timeout = 30, idle_timeout = 60;
+  bool auth_exempt_health = true;
+};
+
+void add_serve_flags(CLI::App& app, ServeFlags& f) {
+  using cli::add_list;
+  add_list(app, "--model", f.models,
+           "model directory; repeat for several models (model id = directory name) (default "
+           "models/default)")
+      ->type_name("DIR");
+  add_list(app, "--served-model-name", f.served_names,
+           "the id clients use for a model instead of its directory's name; repeat once per "
+           "--model, in order");
+  add_list(app, "--chat-template", f.chat_templates,
+           "Jinja chat template file for /v1/chat/completions and gRPC Chat, replacing the model "
+           "directory's; give "
+           "it once for every model or once per --model, in order")
+      ->type_name("FILE");
+  app.add_option("--host", f.host, "address to bind both ports to")->capture_default_str();
+  app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: any free port)")
+      ->check(cli::port())
+      ->capture_default_str();
+  app.add_option("--http-port,--port", f.http_port, "REST port (0: any free port)")
+      ->check(cli::port())
+      ->capture_default_str();
+  app.add_option("--backend", f.backend, "auto (CUDA when a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--threads", f.threads, "CPU backend threads (0: all cores)")
+      ->check(cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--pool-bytes", f.pool_bytes,
+                 "state-pool size per model in bytes (0: 256 MiB on the CPU; on a GPU see "
+                 "--gpu-memory-fraction)")
+      ->check(cli::integer(0))
+      ->capture_default_str();
+  auto* fraction =
+      app.add_option(
+             "--gpu-memory-fraction", f.gpu_memory_fraction,
+             "CUDA, --pool-bytes 0: state pool = this fraction of the device memory free after "
+             "loading the weights (0: half of it, at most 4 GiB)")
+          ->check(cli::fraction())
+          ->capture_default_str();
+  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                 "vLLM's: CUDA, the whole server within this fraction of the device's TOTAL "
+                 "memory; the state pools "
+                 "get what the weights leave (unset: see --gpu-memory-fraction)")
+      ->check(cli::number(0, 1, true))
+      ->excludes(fraction);
+  app.add_option("--max-batch,--max-num-seqs", f.max_batch, "running requests per model")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--max-queue", f.max_queue,
+                 "waiting requests per model; beyond it: 429 / RESOURCE_EXHAUSTED")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--step-token-budget,--max-num-batched-tokens", f.step_token_budget,
+                 "rows per engine step (decode rows + prefill chunks)")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--prefill-chunk", f.prefill_chunk, "prefill chunk size in tokens")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--cache-entries", f.cache_entries,
+                 "prefix-cache and session entries per model (0: off)")
+      ->check(cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--session-ttl", f.session_ttl, "seconds a named session's state is kept")
+      ->check(cli::number(0, 365 * 86400, true))
+      ->capture_default_str();
+  app.add_option("--max-body-bytes", f.max_body_bytes, "largest request body (413 beyond)")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--max-prompt-chars", f.max_prompt_chars, "largest prompt text in bytes")
+      ->check(cli::count())
+      ->capture_default_str();
+  app.add_option("--max-tokens-limit", f.max_tokens_limit,
+                 "largest max_tokens a request may ask for (0: the model's context)")
+      ->check(cli::non_negative())
+      ->capture_default_str();
+  add_list(app, "--api-key", f.api_keys, "API key clients must send (Bearer); repeat for several");
+  app.add_option("--api-key-file", f.api_key_file, "file with one API key per line")
+      ->type_name("FILE");
+  cli::add_bool(app, "--auth-exempt-health", f.auth_exempt_health,
+                "serve /health, /ready and /metrics without a key");
+  app.add_option("--tls-cert,--ssl-certfile", f.tls_cert,
+                 "PEM certificate chain: enables TLS on gRPC and HTTPS on REST")
+      ->type_name("FILE");
+  app.add_option("--tls-key,--ssl-keyfile", f.tls_key, "PEM private key for --tls-cert")
+      ->type_name("FILE");
+  app.add_option(
+         "--drain-seconds", f.drain_seconds,
+         "on SIGTERM, how long in-flight requests may take to finish (0: cancel them at once)")
+      ->check(cli::number(0, 86400))
+      ->capture_default_str();
+  app.add_option("--http-threads", f.http_threads, "REST I/O threads")
+      ->check(cli::integer(1, 1024))
+      ->capture_default_str();
+  app.add_option("--header-timeout", f.header_timeout,
+                 "seconds a client has to send its request headers")
+      ->check(cli::seconds())
+      ->capture_default_str();
+  app.add_option("--body-timeout", f.body_timeout, "seconds a client has to send its request body")
+      ->check(cli::seconds())
+      ->capture_default_str();
+  app.add_option("--write-timeout", f.write_timeout,
+                 "seconds a response write may wait on a client that does not read; then the "
+                 "connection closes "
+                 "and the request is cancelled")
+      ->check(cli::seconds())
+      ->capture_default_str();
+  app.add_option("--idle-timeout", f.idle_timeout,
+                 "seconds an idle keep-alive connection stays open")
+      ->check(cli::seconds())
+      ->capture_default_str();
+  app.add_option("--static-dir", f.static_dir, "files served at / (the playground); empty: none")
+      ->type_name("DIR")
+      ->capture_default_str();
+}
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+}  // namespace
+
 int serve_command(int argc, char** argv) {
-  CliArgs a("mixserve serve", "Serves models over gRPC (mixserve.v1.TextGeneration) and an OpenAI-compatible REST API.");
-  a.flag("model", "", "model directory; repeat for several models (model id = directory name)", true);
-  a.flag("served-model-name", "",
-         "the id clients use for a model instead of its directory's name; repeat once per --model, in order",
-         true);
-  a.flag("chat-template", "",
-         "Jinja chat template file for /v1/chat/completions and gRPC Chat, replacing the model "
-         "directory's; give it once for every model or once per --model, in order",
-         true);
-  a.flag("host", "127.0.0.1", "address to bind both ports to");
-  a.flag("grpc-port", "50051", "gRPC port (0: any free port)");
-  a.flag("http-port", "8000", "REST port (0: any free port)");
-  a.flag("backend", "auto", "auto (CUDA when a GPU is present), cpu or cuda");
-  a.flag("threads", "0", "CPU backend threads (0: all cores)");
-  a.flag("pool-bytes", "0", "state-pool size per model in bytes (0: 256 MiB on the CPU; on a GPU see --gpu-memory-fraction)");
-  a.flag("gpu-memory-fraction", "0",
-         "CUDA, --pool-bytes 0: state pool = this fraction of the device memory free after loading the weights "
-         "(0: half of it, at most 4 GiB)");
-  a.flag("max-batch", "256", "running requests per model");
-  a.flag("max-queue", "1024", "waiting requests per model; beyond it: 429 / RESOURCE_EXHAUSTED");
-  a.flag("step-token-budget", "512", "rows per engine step (decode rows + prefill chunks)");
-  a.flag("prefill-chunk", "256", "prefill chunk size in tokens");
-  a.flag("cache-entries", "4096", "prefix-cache and session entries per model (0: off)");
-  a.flag("session-ttl", "600", "seconds a named session's state is kept");
-  a.flag("max-body-bytes", "1048576", "largest request body (413 beyond)");
-  a.flag("max-prompt-chars", "262144", "largest prompt text in bytes");
-  a.flag("max-tokens-limit", "0", "largest max_tokens a request may ask for (0: the model's context)");
-  a.flag("api-key", "", "API key clients must send (Bearer); repeat for several", true);
-  a.flag("api-key-file", "", "file with one API key per line");
-  a.flag("auth-exempt-health", "true", "serve /health, /ready and /metrics without a key (true/false)");
-  a.flag("tls-cert", "", "PEM certificate chain: enables TLS on gRPC and HTTPS on REST");
-  a.flag("tls-key", "", "PEM private key for --tls-cert");
-  a.flag("drain-seconds", "30", "on SIGTERM, how long in-flight requests may take to finish");
-  a.flag("http-threads", "4", "REST I/O threads");
-  a.flag("header-timeout", "10", "seconds a client has to send its request headers");
-  a.flag("body-timeout", "30", "seconds a client has to send its request body");
-  a.flag("write-timeout", "30",
-         "seconds a response write may wait on a client that does not read; then the connection "
-         "closes and "
-         "the request is cancelled");
-  a.flag("idle-timeout", "60", "seconds an idle keep-alive connection stays open");
-  a.flag("static-dir", "clients/playground", "files served at / (the playground); empty: none");
-  std::string err;
-  if (!a.parse(argc, argv, err)) {
-    std::cerr << "error: " << err << "\n";
+  CLI::App app(
+      "Serves models over gRPC (mixserve.v1.TextGeneration) and an OpenAI-compatible REST API.",
+      "mixserve serve");
+  cli::setup(app, "MIXSERVE_");
+  ServeFlags a;
+  add_serve_flags(app, a);
+  cli::finish(app);
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  // Flags that must agree with each other: refused before anything loads, as a bad value is.
+  std::vector<std::string> dirs = a.models;
+  if (dirs.empty()) dirs.push_back("models/default");
+  const auto usage_error = [](const std::string& msg) {
+    std::cerr << "error: " << msg << " (see mixserve serve --help)" << std::endl;
     return 2;
-  }
-  if (a.help_requested()) {
-    std::cout << a.help();
-    return 0;
-  }
+  };
+  if (!a.served_names.empty() && a.served_names.size() != dirs.size())
+    return usage_error("--served-model-name is given " + std::to_string(a.served_names.size()) +
+                       " times for " + std::to_string(dirs.size()) +
+                       " models; give one per --model");
+  for (const std::string& n : a.served_names)
+    if (n.empty()) return usage_error("--served-model-name must not be empty");
+  if (a.chat_templates.size() > 1 && a.chat_templates.size() != dirs.size())
+    return usage_error("--chat-template is given " + std::to_string(a.chat_templates.size()) +
+                       " times for " + std::to_string(dirs.size()) +
+                       " models; give it once for all or once per --model");
+  if (a.gpu_memory_utilization > 0 && a.pool_bytes > 0)
+    return usage_error(
+        "--gpu-memory-utilization and --pool-bytes both size the state pool; give one");
   // Signals go to sigwait() below, not to whichever thread the kernel picks.
   sigset_t signals;
   sigemptyset(&signals);
@@ -87,26 +199,16 @@ int serve_command(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   try {
-    if (const double f = a.number("gpu-memory-fraction"); !(f >= 0 && f <= 1))
-      throw std::invalid_argument("--gpu-memory-fraction must be between 0 and 1");
-    auto timeout = [&](const char* flag) {
-      const double s = a.number(flag);
-      if (!(s > 0 && s <= 86400))
-        throw std::invalid_argument(std::string("--") + flag + " must be in (0, 86400] seconds");
-      return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-    };
-    const auto header_timeout = timeout("header-timeout"), body_timeout = timeout("body-timeout"),
-               write_timeout = timeout("write-timeout"), idle_timeout = timeout("idle-timeout");
     ModelHub hub;
     Metrics metrics;
     hub.metrics = &metrics;
-    hub.limits.max_body_bytes = a.integer("max-body-bytes");
-    hub.limits.max_prompt_chars = a.integer("max-prompt-chars");
-    hub.limits.max_tokens_cap = a.integer("max-tokens-limit");
-    std::vector<std::string> keys = a.all("api-key");
+    hub.limits.max_body_bytes = a.max_body_bytes;
+    hub.limits.max_prompt_chars = a.max_prompt_chars;
+    hub.limits.max_tokens_cap = a.max_tokens_limit;
+    std::vector<std::string> keys = a.api_keys;
     keys.erase(std::remove(keys.begin(), keys.end(), std::string()), keys.end());
-    if (!a.str("api-key-file").empty()) {
-      std::istringstream lines(read_text(a.str("api-key-file")));
+    if (!a.api_key_file.empty()) {
+      std::istringstream lines(read_text(a.api_key_file));
       // Surrounding whitespace (a CRLF file's \r, a stray space) is no part of a key, and a blank
       // line is no key: kept, " " would let "authorization: Bearer  " through on gRPC.
       for (std::string line; std::getline(lines, line);) {
@@ -115,17 +217,8 @@ int serve_command(int argc, char** argv) {
       }
     }
     ApiKeys api_keys(keys);
-    std::vector<std::string> dirs = a.all("model");
-    if (dirs.empty()) dirs.push_back("models/default");
-    const std::vector<std::string> names = a.all("served-model-name");
-    if (!names.empty() && names.size() != dirs.size())
-      throw std::invalid_argument("--served-model-name is given " + std::to_string(names.size()) +
-                                  " times for " + std::to_string(dirs.size()) + " models; give one per --model");
-    const std::vector<std::string> templates = a.all("chat-template");
-    if (templates.size() > 1 && templates.size() != dirs.size())
-      throw std::invalid_argument("--chat-template is given " + std::to_string(templates.size()) +
-                                  " times for " + std::to_string(dirs.size()) +
-                                  " models; give it once for all or once per --model");
+    const std::vector<std::string>& names = a.served_names;
+    const std::vector<std::string>& templates = a.chat_templates;
     for (size_t i = 0; i < dirs.size(); ++i) {
       const std::string& dir = dirs[i];
       auto served = std::make_unique<ServedModel>();
@@ -138,33 +231,39 @@ int serve_command(int argc, char** argv) {
         std::cerr << "warning: " << served->model.chat_template_error
                   << " (chat requests are refused until --chat-template gives one that parses)"
                   << std::endl;
-      if (!names.empty()) {
-        if (names[i].empty()) throw std::invalid_argument("--served-model-name must not be empty");
-        served->model.id = names[i];
-      }
-      if (hub.find(served->model.id) && !hub.models().empty() && hub.find(served->model.id)->model.id == served->model.id)
+      if (!names.empty()) served->model.id = names[i];
+      if (hub.find(served->model.id) && !hub.models().empty() &&
+          hub.find(served->model.id)->model.id == served->model.id)
         throw std::invalid_argument("two models have the id \"" + served->model.id + "\"");
-      for (const auto& l : served->model.config.layers) served->mixers.push_back(mixer_kind_name(l.kind));
+      for (const auto& l : served->model.config.layers)
+        served->mixers.push_back(mixer_kind_name(l.kind));
       EngineOptions eo;
-      eo.max_batch = static_cast<int>(a.integer("max-batch"));
-      eo.max_queue = static_cast<int>(a.integer("max-queue"));
-      eo.step_token_budget = static_cast<int32_t>(a.integer("step-token-budget"));
-      eo.prefill_chunk = static_cast<int32_t>(a.integer("prefill-chunk"));
-      eo.cache_entries = static_cast<int>(a.integer("cache-entries"));
-      eo.session_ttl_s = a.number("session-ttl");
+      eo.max_batch = a.max_batch;
+      eo.max_queue = a.max_queue;
+      eo.step_token_budget = a.step_token_budget;
+      eo.prefill_chunk = a.prefill_chunk;
+      eo.cache_entries = a.cache_entries;
+      eo.session_ttl_s = a.session_ttl;
       eo.on_step = metrics.add_model(served->model.id, served->model.config, served->mixers);
-      auto backend = make_backend(served->model, {a.str("backend"), a.integer("pool-bytes"), a.number("gpu-memory-fraction"),
-                                                        static_cast<int>(a.integer("threads"))});
+      BackendChoice choice;
+      choice.backend = a.backend;
+      choice.pool_bytes = a.pool_bytes;
+      choice.gpu_memory_fraction = a.gpu_memory_fraction;
+      choice.gpu_memory_utilization = a.gpu_memory_utilization;
+      choice.models_left = static_cast<int>(dirs.size() - i);
+      choice.threads = a.threads;
+      auto backend = make_backend(served->model, choice);
       served->backend = backend->name();
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);
       served->engine->start();
-      std::cout << "model " << served->model.id << " (" << served->model.format << ", " << served->backend
-                << ", tokenizer " << served->model.tokenizer_kind()
-                << (served->model.chat_template ? ", chat template" : "") << "): "
-                << served->model.config.n_layers << " layers, context " << served->model.config.max_seq_len << std::endl;
+      std::cout << "model " << served->model.id << " (" << served->model.format << ", "
+                << served->backend << ", tokenizer " << served->model.tokenizer_kind()
+                << (served->model.chat_template ? ", chat template" : "")
+                << "): " << served->model.config.n_layers << " layers, context "
+                << served->model.config.max_seq_len << std::endl;
       hub.add(std::move(served));
     }
-    const bool tls = !a.str("tls-cert").empty() || !a.str("tls-key").empty();
+    const bool tls = !a.tls_cert.empty() || !a.tls_key.empty();
     // gRPC
     TextGenerationService service(hub, api_keys);
     grpc::EnableDefaultHealthCheckService(true);
@@ -173,59 +272,64 @@ int serve_command(int argc, char** argv) {
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (tls) {
       grpc::SslServerCredentialsOptions ssl;
-      ssl.pem_key_cert_pairs.push_back({read_text(a.str("tls-key")), read_text(a.str("tls-cert"))});
+      ssl.pem_key_cert_pairs.push_back({read_text(a.tls_key), read_text(a.tls_cert)});
       creds = grpc::SslServerCredentials(ssl);
     }
     int grpc_port = 0;
-    builder.AddListeningPort(a.str("host") + ":" + a.str("grpc-port"), creds, &grpc_port);
+    builder.AddListeningPort(a.host + ":" + std::to_string(a.grpc_port), creds, &grpc_port);
     builder.SetMaxReceiveMessageSize(static_cast<int>(hub.limits.max_body_bytes));
     builder.RegisterService(&service);
     std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
-    if (!grpc_server || grpc_port == 0) throw std::runtime_error("cannot listen for gRPC on " + a.str("host") + ":" + a.str("grpc-port"));
+    if (!grpc_server || grpc_port == 0)
+      throw std::runtime_error("cannot listen for gRPC on " + a.host + ":" +
+                               std::to_string(a.grpc_port));
     grpc_server->GetHealthCheckService()->SetServingStatus(true);
     // REST
     RestOptions ro;
-    ro.auth_exempt_health = a.str("auth-exempt-health") != "false";
-    ro.static_dir = a.str("static-dir");
+    ro.auth_exempt_health = a.auth_exempt_health;
+    ro.static_dir = a.static_dir;
     RestGateway rest(hub, api_keys, &metrics, ro);
     HttpServerOptions ho;
-    ho.host = a.str("host");
-    ho.port = static_cast<int>(a.integer("http-port"));
-    ho.threads = static_cast<int>(a.integer("http-threads"));
+    ho.host = a.host;
+    ho.port = a.http_port;
+    ho.threads = a.http_threads;
     ho.max_body_bytes = static_cast<size_t>(hub.limits.max_body_bytes);
-    ho.header_timeout = header_timeout;
-    ho.body_timeout = body_timeout;
-    ho.write_timeout = write_timeout;
-    ho.idle_timeout = idle_timeout;
+    ho.header_timeout = ms(a.header_timeout);
+    ho.body_timeout = ms(a.body_timeout);
+    ho.write_timeout = ms(a.write_timeout);
+    ho.idle_timeout = ms(a.idle_timeout);
     if (tls) {
-      ho.tls_cert_file = a.str("tls-cert");
-      ho.tls_key_file = a.str("tls-key");
+      ho.tls_cert_file = a.tls_cert;
+      ho.tls_key_file = a.tls_key;
     }
-    HttpServer http(ho, [&rest](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { rest.handle(r, ex); },
-                    [](int status, const std::string& msg) { return RestGateway::error_json(status, msg); });
+    HttpServer http(
+        ho, [&rest](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { rest.handle(r, ex); },
+        [](int status, const std::string& msg) { return RestGateway::error_json(status, msg); });
     http.start();
-    std::cout << "listening: grpc " << a.str("host") << ":" << grpc_port << (tls ? " (TLS)" : "") << ", http"
-              << (tls ? "s" : "") << " " << a.str("host") << ":" << http.port() << std::endl;
+    std::cout << "listening: grpc " << a.host << ":" << grpc_port << (tls ? " (TLS)" : "")
+              << ", http" << (tls ? "s" : "") << " " << a.host << ":" << http.port() << std::endl;
     // Wait for SIGTERM/SIGINT, then drain.
     int sig = 0;
     sigwait(&signals, &sig);
-    std::cout << "signal " << sig << ": draining (up to " << a.str("drain-seconds") << " s)" << std::endl;
+    std::cout << "signal " << sig << ": draining (up to " << a.drain_seconds << " s)" << std::endl;
     hub.draining = true;
     grpc_server->GetHealthCheckService()->SetServingStatus(false);
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(a.number("drain-seconds") * 1000));
+    const auto until = std::chrono::steady_clock::now() + ms(a.drain_seconds);
     auto busy = [&] {
       for (const auto& m : hub.models())
         if (!m->engine->idle()) return true;
       return false;
     };
-    while (busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (busy() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const bool clean = !busy();
     grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    for (const auto& m : hub.models()) m->engine->stop();  // anything left ends as cancelled
+    for (const auto& m : hub.models()) m->engine->stop();         // anything left ends as cancelled
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last bytes of the streams
     http.stop();
-    std::cout << "stopped" << (clean ? "" : " (grace period over: remaining requests were cancelled)") << std::endl;
+    std::cout << "stopped"
+              << (clean ? "" : " (grace period over: remaining requests were cancelled)")
+              << std::endl;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

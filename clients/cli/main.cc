@@ -5,24 +5,27 @@
 
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "clients/common/common_flags.h"
 
 namespace mc = mixserve::client;
+namespace cli = mixserve::cli;
 using json = nlohmann::json;
 
 namespace {
 
 const char* kUsage =
     "mixserve-cli [flags] [PROMPT...]     stream a completion (no PROMPT or '-': read stdin)\n"
-    "       mixserve-cli models [flags]           list the served models and their per-layer mixers\n"
+    "       mixserve-cli models [flags]           list the served models and their per-layer "
+    "mixers\n"
     "       mixserve-cli tokenize [flags] TEXT    token ids and pieces (gRPC)";
 
-double seconds(mc::Clock::time_point a, mc::Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(mc::Clock::time_point a, mc::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Client-side timing: TTFT, and decode speed over the tokens after the first.
 struct Timing {
@@ -44,12 +47,15 @@ Timing timing_of(const mc::CompletionResult& r) {
 
 void print_stats(const mc::CompletionResult& r) {
   const Timing t = timing_of(r);
-  std::fprintf(stderr, "\n[%s] prompt %u tokens (%u cached), completion %u tokens | TTFT %.1f ms, %.1f tokens/s decode, "
+  std::fprintf(stderr,
+               "\n[%s] prompt %u tokens (%u cached), completion %u tokens | TTFT %.1f ms, %.1f "
+               "tokens/s decode, "
                "%.1f tokens/s overall, total %.3f s",
-               r.finish_reason.c_str(), r.prompt_tokens, r.cached_tokens, r.completion_tokens, t.ttft_s * 1e3,
-               t.decode_tokens_per_s, t.overall_tokens_per_s, t.e2e_s);
+               r.finish_reason.c_str(), r.prompt_tokens, r.cached_tokens, r.completion_tokens,
+               t.ttft_s * 1e3, t.decode_tokens_per_s, t.overall_tokens_per_s, t.e2e_s);
   if (r.server_ttft_s >= 0)
-    std::fprintf(stderr, " | server: queue %.2f ms, TTFT %.1f ms", r.server_queue_s * 1e3, r.server_ttft_s * 1e3);
+    std::fprintf(stderr, " | server: queue %.2f ms, TTFT %.1f ms", r.server_queue_s * 1e3,
+                 r.server_ttft_s * 1e3);
   std::fprintf(stderr, "\n");
 }
 
@@ -69,15 +75,16 @@ json result_json(const mc::CompletionResult& r) {
             {"decode_tokens_per_s", t.decode_tokens_per_s},
             {"overall_tokens_per_s", t.overall_tokens_per_s}};
   if (r.server_ttft_s >= 0)
-    j["server_timing"] = {{"queue_ms", r.server_queue_s * 1e3}, {"ttft_ms", r.server_ttft_s * 1e3},
+    j["server_timing"] = {{"queue_ms", r.server_queue_s * 1e3},
+                          {"ttft_ms", r.server_ttft_s * 1e3},
                           {"total_ms", r.server_total_s * 1e3}};
   if (!r.ok) j["error"] = {{"kind", r.error}, {"message", r.error_message}};
   return j;
 }
 
 // Streams one completion; the text goes to stdout as it arrives unless `as_json`.
-mc::CompletionResult run_one(mc::CompletionClient& client, const mc::CompletionRequest& req, bool as_json,
-                             bool stats) {
+mc::CompletionResult run_one(mc::CompletionClient& client, const mc::CompletionRequest& req,
+                             bool as_json, bool stats) {
   std::vector<std::pair<int32_t, float>> logprobs;
   auto on_event = [&](const mc::StreamEvent& e) {
     logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
@@ -90,11 +97,13 @@ mc::CompletionResult run_one(mc::CompletionClient& client, const mc::CompletionR
     json j = result_json(r);
     if (req.sampling.logprobs > 0) {
       j["logprobs"] = json::array();
-      for (const auto& [id, lp] : logprobs) j["logprobs"].push_back({{"token_id", id}, {"logprob", lp}});
+      for (const auto& [id, lp] : logprobs)
+        j["logprobs"].push_back({{"token_id", id}, {"logprob", lp}});
     }
     std::cout << j.dump() << std::endl;
   } else if (!r.ok) {
-    std::fprintf(stderr, "%serror: %s: %s\n", r.text.empty() ? "" : "\n", r.error.c_str(), r.error_message.c_str());
+    std::fprintf(stderr, "%serror: %s: %s\n", r.text.empty() ? "" : "\n", r.error.c_str(),
+                 r.error_message.c_str());
   } else if (stats) {
     print_stats(r);
   }
@@ -119,8 +128,9 @@ std::string random_session_id() {
 int interactive(mc::CompletionClient& client, mc::CompletionRequest req, bool stats) {
   if (req.sampling.session.empty()) req.sampling.session = random_session_id();
   std::string transcript = req.prompt;
-  std::fprintf(stderr, "session %s: type a line and press enter; /reset starts over, /quit or Ctrl-D ends\n",
-               req.sampling.session.c_str());
+  std::fprintf(
+      stderr, "session %s: type a line and press enter; /reset starts over, /quit or Ctrl-D ends\n",
+      req.sampling.session.c_str());
   if (!transcript.empty()) std::cout << transcript << std::flush;
   for (;;) {
     std::fprintf(stderr, "\n> ");
@@ -146,8 +156,12 @@ int list_models(mc::CompletionClient& client, bool as_json) {
   if (as_json) {
     json out = json::array();
     for (const auto& m : models)
-      out.push_back({{"id", m.id}, {"mixers", m.mixers}, {"context_length", m.context_length},
-                     {"vocab_size", m.vocab_size}, {"backend", m.backend}, {"format", m.format}});
+      out.push_back({{"id", m.id},
+                     {"mixers", m.mixers},
+                     {"context_length", m.context_length},
+                     {"vocab_size", m.vocab_size},
+                     {"backend", m.backend},
+                     {"format", m.format}});
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
@@ -155,12 +169,14 @@ int list_models(mc::CompletionClient& client, bool as_json) {
     std::cout << m.id << "  (" << m.format << ", " << m.backend << ", context " << m.context_length;
     if (m.vocab_size) std::cout << ", vocab " << m.vocab_size;
     std::cout << ")\n";
-    for (size_t i = 0; i < m.mixers.size(); ++i) std::cout << "  layer " << i << ": " << m.mixers[i] << "\n";
+    for (size_t i = 0; i < m.mixers.size(); ++i)
+      std::cout << "  layer " << i << ": " << m.mixers[i] << "\n";
   }
   return 0;
 }
 
-int tokenize(mc::CompletionClient& client, const std::string& model, const std::string& text, bool as_json) {
+int tokenize(mc::CompletionClient& client, const std::string& model, const std::string& text,
+             bool as_json) {
   const auto ids = client.tokenize(model, text);
   if (!ids) {
     std::cerr << "error: tokenize needs gRPC (the REST API has no tokenizer endpoint)\n";
@@ -178,49 +194,57 @@ int tokenize(mc::CompletionClient& client, const std::string& model, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
-  mc::Flags f(kUsage, "Streams completions from a mixserve server over gRPC or REST/SSE.");
-  f.section("request");
-  f.value("model", "", "model id (default: the server's first model)");
-  f.value("prompt-ids", "", "send these comma-separated token ids as the prompt instead of text");
-  f.value("session", "", "keep the request's state on the server under this id for the next turn");
-  f.toggle("interactive", "multi-turn: each line you type is appended to the transcript and sent with the session");
-  mc::add_sampling_flags(f, true);
-  mc::add_endpoint_flags(f);
-  f.section("output");
-  f.toggle("json", "print one JSON object (text, usage, timing) instead of streaming the text");
-  f.toggle("no-stats", "don't print usage and timing on stderr");
-  std::string err;
-  if (!f.parse(argc, argv, err)) {
-    std::cerr << "error: " << err << "\n";
-    return 2;
-  }
-  if (f.help_requested()) {
-    std::cout << f.help();
-    return 0;
-  }
+  CLI::App app("Streams completions from a mixserve server over gRPC or REST/SSE.", "mixserve-cli");
+  cli::setup(app, "", kUsage);
+  std::string model, prompt_ids, session;
+  bool interactive_mode = false, as_json = false, no_stats = false;
+  std::vector<std::string> words;
+  app.option_defaults()->group("request");
+  app.add_option("--model", model, "model id (default: the server's first model)");
+  app.add_option("--prompt-ids", prompt_ids,
+                 "send these comma-separated token ids as the prompt instead of text");
+  app.add_option("--session", session,
+                 "keep the request's state on the server under this id for the next turn");
+  cli::add_bool(
+      app, "--interactive", interactive_mode,
+      "multi-turn: each line you type is appended to the transcript and sent with the session",
+      false);
+  mc::SamplingFlags sampling;
+  sampling.add(app, true);
+  mc::EndpointFlags endpoint;
+  endpoint.add(app);
+  app.option_defaults()->group("output");
+  cli::add_bool(app, "--json", as_json,
+                "print one JSON object (text, usage, timing) instead of streaming the text", false);
+  cli::add_bool(app, "--no-stats", no_stats, "don't print usage and timing on stderr", false);
+  app.add_option("prompt", words,
+                 "the prompt's words (none or -: stdin), or: models | tokenize TEXT")
+      ->type_name("WORDS");
+  argc -= 1;
+  argv += 1;
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   try {
-    const mc::Endpoint ep = mc::endpoint_from_flags(f);
+    const mc::Endpoint ep = endpoint.endpoint();
     auto client = mc::make_client(ep);
-    std::vector<std::string> words = f.positionals();
-    const bool as_json = f.on("json");
     if (!words.empty() && words[0] == "models") return list_models(*client, as_json);
     if (!words.empty() && words[0] == "tokenize") {
       std::string text;
       for (size_t i = 1; i < words.size(); ++i) text += (i > 1 ? " " : "") + words[i];
-      return tokenize(*client, f.str("model"), text, as_json);
+      return tokenize(*client, model, text, as_json);
     }
     mc::CompletionRequest req;
-    req.model = f.str("model");
-    req.sampling = mc::sampling_from_flags(f);
-    req.sampling.session = f.str("session");
-    req.prompt_ids = mc::parse_ids(f.str("prompt-ids"), "--prompt-ids");
+    req.model = model;
+    req.sampling = sampling.sampling();
+    req.sampling.session = session;
+    req.prompt_ids = mc::parse_ids(prompt_ids, "--prompt-ids");
     for (size_t i = 0; i < words.size(); ++i) req.prompt += (i ? " " : "") + words[i];
-    if (f.on("interactive")) return interactive(*client, req, !f.on("no-stats"));
+    if (interactive_mode) return interactive(*client, req, !no_stats);
     if (req.prompt_ids.empty() && (words.empty() || req.prompt == "-")) {
-      if (isatty(STDIN_FILENO)) std::cerr << "(reading the prompt from stdin; end it with Ctrl-D)\n";
+      if (isatty(STDIN_FILENO))
+        std::cerr << "(reading the prompt from stdin; end it with Ctrl-D)\n";
       req.prompt = read_all(std::cin);
     }
-    const mc::CompletionResult r = run_one(*client, req, as_json, !f.on("no-stats"));
+    const mc::CompletionResult r = run_one(*client, req, as_json, !no_stats);
     return r.ok ? 0 : 1;
   } catch (const std::invalid_argument& e) {
     std::cerr << "error: " << e.what() << "\n";

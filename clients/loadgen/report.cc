@@ -6,7 +6,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "clients/common/flags.h"
+#include "clients/common/common_flags.h"
 
 namespace mixserve::client {
 

@@ -1,0 +1,245 @@
+// The mixserve command line, run as a user runs it: every bad flag value is refused with one
+// line naming the flag and exit code 2 before anything loads or listens; MIXSERVE_<FLAG>
+// environment variables, vLLM's aliases, --version and booleans; and the arithmetic of
+// --gpu-memory-utilization (the CUDA side cannot run here).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "server/backend_select.h"
+#include "tests/server/harness.h"
+
+namespace mixserve::testing {
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// `env` goes before the binary (VAR=value ...); a 20 s timeout stops a server that wrongly starts.
+Outcome mixserve(const std::string& args, const std::string& env = "") {
+  Outcome o;
+  o.output = run("cd '" + source_dir() + "' && " + env + " timeout -s KILL 20 " + MIXSERVE_BINARY +
+                     " " + args + " 2>&1 </dev/null",
+                 &o.code);
+  return o;
+}
+
+size_t lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n + (!s.empty() && s.back() != '\n');
+}
+
+// Refused: exit 2, one line on stderr naming `flag`, nothing loaded, nothing listening.
+void expect_refused(const std::string& args, const std::string& flag, const std::string& env = "") {
+  SCOPED_TRACE(env + " mixserve " + args);
+  const Outcome o = mixserve(args, env);
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_EQ(lines(o.output), 1u) << o.output;
+  EXPECT_NE(o.output.find("error: "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(flag), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("listening"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("layers, context"), std::string::npos)
+      << o.output;  // no model was loaded
+}
+
+const std::string kModel = "--model models/default ";
+
+TEST(Flags, CountsOfZeroAreRefused) {
+  for (const char* flag : {"--prefill-chunk", "--max-batch", "--max-queue", "--step-token-budget",
+                           "--http-threads", "--max-body-bytes", "--max-prompt-chars"})
+    expect_refused("serve " + kModel + flag + " 0", flag);
+  expect_refused("serve " + kModel + "--max-batch -3", "--max-batch");
+  expect_refused("serve " + kModel + "--max-batch 4x", "--max-batch");
+  expect_refused("serve " + kModel + "--prefill-chunk=0", "--prefill-chunk");
+  expect_refused("generate " + kModel + "--prompt hi --max-tokens 0", "--max-tokens");
+}
+
+TEST(Flags, RangesAreChecked) {
+  expect_refused("serve " + kModel + "--http-port 70000", "--http-port");
+  expect_refused("serve " + kModel + "--grpc-port -1", "--grpc-port");
+  expect_refused("serve " + kModel + "--gpu-memory-fraction 1.5", "--gpu-memory-fraction");
+  expect_refused("serve " + kModel + "--gpu-memory-utilization 0", "--gpu-memory-utilization");
+  expect_refused("serve " + kModel + "--header-timeout 0", "--header-timeout");
+  expect_refused("serve " + kModel + "--idle-timeout -1", "--idle-timeout");
+  expect_refused("serve " + kModel + "--session-ttl nan", "--session-ttl");
+  expect_refused("serve " + kModel + "--threads -1", "--threads");
+  expect_refused("serve " + kModel + "--backend tpu", "--backend");
+  expect_refused("generate " + kModel + "--prompt hi --top-p 1.5", "--top-p");
+  expect_refused("generate " + kModel + "--prompt hi --logprobs 21", "--logprobs");
+  expect_refused("generate " + kModel + "--prompt hi --temperature -1", "--temperature");
+}
+
+TEST(Flags, ZeroStaysValidWhereItMeansSomething) {
+  // --threads 0 (all cores) and --cache-entries 0 (off) pass the flags; the help says so.
+  const Outcome o = mixserve("serve --threads 0 --cache-entries 0 --max-tokens-limit 0 --help");
+  EXPECT_EQ(o.code, 0) << o.output;
+}
+
+TEST(Flags, AValueFlagNeverTakesTheNextFlag) {
+  expect_refused("serve --api-key --model m", "--api-key");
+  expect_refused("serve " + kModel + "--api-key", "--api-key");
+  expect_refused("generate --prompt --model models/default", "--prompt");
+  expect_refused("serve " + kModel + "--no-such-flag", "--no-such-flag");
+}
+
+TEST(Flags, MalformedValuesNameTheFlag) {
+  expect_refused("generate " + kModel + "--prompt hi --stop-token-id x", "--stop-token-id");
+  expect_refused("generate " + kModel + "--prompt hi --ignore-eos=maybe", "--ignore-eos");
+  expect_refused("serve " + kModel + "--auth-exempt-health maybe", "--auth-exempt-health");
+  expect_refused("generate " + kModel + "--seed -1 --prompt hi", "--seed");
+}
+
+TEST(Flags, FlagsThatMustAgree) {
+  expect_refused("serve " + kModel + "--served-model-name a --served-model-name b",
+                 "--served-model-name");
+  expect_refused("serve " + kModel + "--gpu-memory-utilization 0.9 --gpu-memory-fraction 0.5",
+                 "--gpu-memory");
+  expect_refused("serve " + kModel + "--gpu-memory-utilization 0.9 --pool-bytes 100000",
+                 "--pool-bytes");
+  expect_refused("generate " + kModel, "--prompt");
+}
+
+TEST(Flags, VllmAliases) {
+  const Outcome o = mixserve("serve " + kModel + "--max-num-seqs 0");
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_NE(o.output.find("--max-num-seqs"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("--max-batch"), std::string::npos) << o.output;
+  expect_refused("serve " + kModel + "--max-num-batched-tokens 0", "--max-num-batched-tokens");
+  expect_refused("serve " + kModel + "--port 65536", "--port");
+  expect_refused("serve " + kModel + "--ssl-certfile", "--ssl-certfile");
+  const Outcome help = mixserve("serve --help");
+  for (const char* alias :
+       {"--port", "--host", "--max-num-seqs", "--max-num-batched-tokens", "--ssl-certfile",
+        "--ssl-keyfile", "--served-model-name", "--api-key", "--gpu-memory-utilization"})
+    EXPECT_NE(help.output.find(alias), std::string::npos) << alias;
+}
+
+TEST(Flags, EnvironmentVariables) {
+  expect_refused("serve " + kModel, "--max-batch", "MIXSERVE_MAX_BATCH=0");
+  expect_refused("serve " + kModel, "MIXSERVE_PREFILL_CHUNK", "MIXSERVE_PREFILL_CHUNK=0");
+  expect_refused("generate " + kModel + "--prompt hi", "--ignore-eos",
+                 "MIXSERVE_IGNORE_EOS=perhaps");
+  // The command line wins over the environment.
+  const Outcome o = mixserve("serve " + kModel + "--max-batch 2 --help", "MIXSERVE_MAX_BATCH=0");
+  EXPECT_EQ(o.code, 0) << o.output;
+}
+
+TEST(Flags, EnvironmentAndAliasesReachTheServer) {
+  // ServerProcess passes --grpc-port 0 --http-port 0; the rest comes from here and the environment.
+  setenv("MIXSERVE_MAX_BATCH", "3", 1);  // overridden by --max-num-seqs below
+  setenv("MIXSERVE_MAX_QUEUE", "9", 1);  // taken
+  setenv("MIXSERVE_SERVED_MODEL_NAME", "from-env", 1);
+  setenv("MIXSERVE_AUTH_EXEMPT_HEALTH", "no", 1);  // /metrics then needs the key
+  setenv("MIXSERVE_API_KEY", "env-key", 1);
+  ServerProcess server({"--model", source_dir() + "/models/default", "--max-num-seqs", "5"});
+  for (const char* v : {"MIXSERVE_MAX_BATCH", "MIXSERVE_MAX_QUEUE", "MIXSERVE_SERVED_MODEL_NAME",
+                        "MIXSERVE_AUTH_EXEMPT_HEALTH", "MIXSERVE_API_KEY"})
+    unsetenv(v);
+  EXPECT_EQ(curl(server.http_url("/metrics")).status, 401);
+  const HttpResult m = curl(server.http_url("/metrics"), {"-H", "Authorization: Bearer env-key"});
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_TRUE(
+      std::regex_search(m.body, std::regex(R"(\nmixserve_requests_max_running\{[^}]*\} 5\n)")))
+      << m.body;
+  EXPECT_TRUE(
+      std::regex_search(m.body, std::regex(R"(\nmixserve_requests_max_queue\{[^}]*\} 9\n)")))
+      << m.body;
+  const HttpResult models =
+      curl(server.http_url("/v1/models"), {"-H", "Authorization: Bearer env-key"});
+  EXPECT_NE(models.body.find("\"from-env\""), std::string::npos) << models.body;
+}
+
+TEST(Flags, Version) {
+  const std::regex version(R"(^mixserve \S+\n$)");
+  for (const char* args : {"--version", "serve --version", "generate --version"}) {
+    const Outcome o = mixserve(args);
+    EXPECT_EQ(o.code, 0) << args << ": " << o.output;
+    EXPECT_TRUE(std::regex_match(o.output, version)) << args << ": " << o.output;
+  }
+}
+
+TEST(Flags, HelpListsEveryFlagWithDefaultAndEnv) {
+  const Outcome o = mixserve("serve --help");
+  EXPECT_EQ(o.code, 0);
+  for (const char* s :
+       {"--max-batch,--max-num-seqs", "(default 256)", "(env MIXSERVE_MAX_BATCH)",
+        "--chat-template", "--prefill-chunk", "(default 256)", "--drain-seconds", "--static-dir"})
+    EXPECT_NE(o.output.find(s), std::string::npos) << s << "\n" << o.output;
+  const Outcome g = mixserve("generate --help");
+  for (const char* s :
+       {"--ignore-eos", "--stop-token-id", "--temperature", "(default 64)", "(env MIXSERVE_SEED)"})
+    EXPECT_NE(g.output.find(s), std::string::npos) << s << "\n" << g.output;
+}
+
+// The last line of `mixserve generate`: "[model] finish=... completion_tokens=N ...".
+std::string finish_line(const std::string& out) {
+  const size_t at = out.rfind("finish=");
+  return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+}
+
+TEST(Flags, IgnoreEosTakesEffect) {
+  // models/default rarely ends a text, so a copy of it names as its end-of-sequence token one that
+  // the greedy completion of "And God said" reaches at its 27th token (13, a line break): it stops
+  // there, and with --ignore-eos=1 (and the other spellings) it runs to --max-tokens.
+  const std::string dir = temp_dir() + "/eos13", src = source_dir() + "/models/default";
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(src + "/model.safetensors", dir + "/model.safetensors");
+  std::filesystem::create_symlink(src + "/tokenizer.model", dir + "/tokenizer.model");
+  std::ifstream in(src + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["eos_id"] = 13;
+  std::ofstream(dir + "/config.json") << config.dump();
+  const std::string base = "generate --model " + dir +
+                           " --threads 1 --prompt 'And God said' --max-tokens 96 --temperature 0 ";
+  const Outcome plain = mixserve(base);
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  ASSERT_NE(finish_line(plain.output).find("finish=stop"), std::string::npos) << plain.output;
+  for (const char* flag :
+       {"--ignore-eos=1", "--ignore-eos", "--ignore-eos=yes", "--ignore-eos true"}) {
+    const Outcome o = mixserve(base + flag);
+    ASSERT_EQ(o.code, 0) << flag << ": " << o.output;
+    EXPECT_NE(finish_line(o.output).find("finish=length"), std::string::npos)
+        << flag << ": " << o.output;
+    EXPECT_NE(finish_line(o.output).find("completion_tokens=96"), std::string::npos)
+        << flag << ": " << o.output;
+  }
+  const Outcome env = mixserve(base, "MIXSERVE_IGNORE_EOS=1");
+  EXPECT_NE(finish_line(env.output).find("finish=length"), std::string::npos) << env.output;
+  for (const char* flag : {"--ignore-eos=0", "--ignore-eos=false", "--ignore-eos no"}) {
+    const Outcome off = mixserve(base + flag);
+    EXPECT_NE(finish_line(off.output).find("finish=stop"), std::string::npos)
+        << flag << ": " << off.output;
+  }
+}
+
+TEST(Flags, GpuMemoryUtilizationArithmetic) {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  // 80 GiB device, 0.9 of it for the server: 72 GiB; 10 GiB in use once the weights are loaded
+  // (70 free): the pool gets 62 GiB.
+  EXPECT_EQ(gpu_pool_bytes_for_utilization(0.9, 80 * GiB, 70 * GiB), 62 * GiB);
+  // Everything free after loading: utilization x total.
+  EXPECT_EQ(gpu_pool_bytes_for_utilization(0.5, 80 * GiB, 80 * GiB), 40 * GiB);
+  // Two models still to load share what is left.
+  EXPECT_EQ(gpu_pool_bytes_for_utilization(0.9, 80 * GiB, 70 * GiB, 2), 31 * GiB);
+  // Nothing left (in use already beyond the budget, or exactly at it): refused, naming the flag.
+  for (int64_t free_after : {40 * GiB, 8 * GiB}) {
+    try {
+      gpu_pool_bytes_for_utilization(0.5, 80 * GiB, free_after);
+      ADD_FAILURE() << "no error for free " << free_after;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--gpu-memory-utilization"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixserve::testing
