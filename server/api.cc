@@ -1,6 +1,5 @@
 #include "server/api.h"
 
-#include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "server/metrics.h"
 
@@ -57,45 +56,6 @@ std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,
       return ApiError{ApiCode::kUnavailable, r.message, ""};
   }
   sub = {served, r.id, channel, std::move(p), submitted};
-  return std::nullopt;
-}
-
-std::optional<ApiError> render_chat(const ChatInput& chat, const ServedModel& served,
-                                    std::string& out) {
-  const LoadedModel& m = served.model;
-  auto bad = [](std::string msg) {
-    return ApiError{ApiCode::kInvalidArgument, std::move(msg), "messages"};
-  };
-  if (!m.chat_template)
-    return bad((m.chat_template_error.empty()
-                    ? "model \"" + m.id + "\" has no chat template"
-                    : "model \"" + m.id + "\"'s chat template cannot be used (" +
-                          m.chat_template_error + ")") +
-               "; start the server with --chat-template FILE, or send a prompt to /v1/completions");
-  // The request's chat_template_kwargs first, so that they cannot replace what the server sets.
-  nlohmann::ordered_json vars = chat.template_kwargs;
-  vars["messages"] = chat.messages;
-  vars["add_generation_prompt"] = chat.add_generation_prompt && !chat.continue_final_message;
-  vars["bos_token"] = m.bos_token;
-  vars["eos_token"] = m.eos_token;
-  if (!chat.tools.is_null()) vars["tools"] = chat.tools;
-  try {
-    out = m.chat_template->render(vars);
-  } catch (const ChatTemplateError& e) {
-    return bad(std::string("the model's chat template refused the messages: ") + e.what());
-  }
-  if (chat.continue_final_message) {
-    const nlohmann::ordered_json& last = chat.messages.back();
-    const std::string content = last.value("content", nlohmann::ordered_json()).is_string()
-                                    ? last["content"].get<std::string>()
-                                    : std::string();
-    const size_t at = content.empty() ? std::string::npos : out.rfind(content);
-    if (at == std::string::npos)
-      return bad(
-          "continue_final_message: the last message's content is empty or not in the "
-          "rendered prompt");
-    out.resize(at + content.size());
-  }
   return std::nullopt;
 }
 
