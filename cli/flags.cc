@@ -116,9 +116,10 @@ CLI::Validator integer(long long lo, long long hi) {
       range);
 }
 
-CLI::Validator number(double lo, double hi, bool lo_open, bool allow_inf) {
-  std::string range =
-      std::string(lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + "]";
+CLI::Validator number(double lo, double hi, bool lo_open, bool allow_inf, bool hi_open) {
+  std::string range = hi >= 1e12 ? std::string(lo_open ? "> " : ">= ") + number_text(lo)
+                                 : std::string(lo_open ? "in (" : "in [") + number_text(lo) + ", " +
+                                       number_text(hi) + (hi_open ? ")" : "]");
   if (allow_inf) range += " or inf";
   return CLI::Validator(
       [=](std::string& s) -> std::string {
@@ -127,10 +128,10 @@ CLI::Validator number(double lo, double hi, bool lo_open, bool allow_inf) {
         char* e = nullptr;
         const double v = s.empty() ? NAN : std::strtod(b, &e);
         const bool ok = !s.empty() && e == b + s.size() && std::isfinite(v) &&
-                        (lo_open ? v > lo : v >= lo) && v <= hi;
-        return ok ? "" : "must be a number in " + range + ", got " + in_quotes(s);
+                        (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+        return ok ? "" : "must be a number " + range + ", got " + in_quotes(s);
       },
-      "in " + range);
+      range);
 }
 
 CLI::Validator real(bool allow_inf) {

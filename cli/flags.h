@@ -27,8 +27,10 @@ void setup(CLI::App& app, std::string env_prefix = "", std::string usage = "");
 constexpr long long kIntMax = std::numeric_limits<int32_t>::max();
 CLI::Validator integer(long long lo = std::numeric_limits<long long>::min(),
                        long long hi = std::numeric_limits<long long>::max());
-// A real number in [lo, hi] (lo excluded when lo_open); "inf" only when allow_inf.
-CLI::Validator number(double lo, double hi, bool lo_open = false, bool allow_inf = false);
+// A real number in [lo, hi] (lo excluded when lo_open, hi when hi_open; hi >= 1e12 reads as no
+// upper bound in messages); "inf" only when allow_inf.
+CLI::Validator number(double lo, double hi, bool lo_open = false, bool allow_inf = false,
+                      bool hi_open = false);
 CLI::Validator real(bool allow_inf = false);  // any finite number
 inline CLI::Validator count() {
   return integer(1, kIntMax);

@@ -40,7 +40,7 @@ void EndpointFlags::add(CLI::App& app) {
           ->type_name("FILE");
   app.add_option("--timeout", timeout_,
                  "seconds a request may take (gRPC deadline, REST 'timeout'); 0: no limit")
-      ->check(cli::number(0, 1e9))
+      ->check(cli::number(0, 1e12))
       ->capture_default_str();
 }
 

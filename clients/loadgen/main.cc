@@ -51,7 +51,7 @@ void add_flags(CLI::App& app, LoadgenFlags& f) {
       ->capture_default_str();
   app.add_option("--random-range-ratio", f.random_range_ratio,
                  "draw lengths uniformly from len*(1-r) .. len*(1+r)")
-      ->check(cli::number(0, 0.999999))
+      ->check(cli::number(0, 1, false, false, true))
       ->capture_default_str();
   app.add_option(
          "--vocab-size", f.vocab_size,
@@ -78,7 +78,7 @@ void add_flags(CLI::App& app, LoadgenFlags& f) {
                           ->check(cli::integer(0));
   app.add_option("--duration", f.duration,
                  "seconds to keep sending (0: until --num-prompts are sent)")
-      ->check(cli::number(0, 1e9))
+      ->check(cli::number(0, 1e12))
       ->capture_default_str();
   app.add_option("--num-warmups,--warmup", f.num_warmups,
                  "requests sent first and left out of the results")
