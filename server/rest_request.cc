@@ -1,5 +1,6 @@
 #include "server/rest_request.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -168,9 +169,16 @@ ChatInput parse_chat(const Fields& f, const json& j) {
   return c;
 }
 
-void parse_request(const json& j, bool chat, CompletionRequest& out) {
+// A body must be a JSON object whose every field is in one of `known`; else a 400 naming it.
+void check_fields(const json& j, std::initializer_list<const std::set<std::string>*> known) {
   if (!j.is_object())
     throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
+  for (const auto& [k, _] : j.items())
+    if (std::none_of(known.begin(), known.end(), [&](auto* set) { return set->count(k) > 0; }))
+      throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+}
+
+void parse_request(const json& j, bool chat, CompletionRequest& out) {
   // Both routes' fields, then each route's own. Anything else is refused by name.
   static const std::set<std::string> common = {"model",
                                                "max_tokens",
@@ -227,10 +235,7 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
                                                   "prediction",
                                                   "audio",
                                                   "documents"};
-  const std::set<std::string>& own = chat ? chat_only : completion_only;
-  for (const auto& [k, _] : j.items())
-    if (!common.count(k) && !own.count(k) && !kIgnored.count(k))
-      throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  check_fields(j, {&common, chat ? &chat_only : &completion_only, &kIgnored});
   Fields f{j};
   refuse_unsupported(f, j);
   if (chat) {
@@ -327,8 +332,6 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
 }
 
 void parse_tokenize(const json& j, TokenizeRequest& out) {
-  if (!j.is_object())
-    throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
   static const std::set<std::string> known = {"model",
                                               "prompt",
                                               "messages",
@@ -339,8 +342,7 @@ void parse_tokenize(const json& j, TokenizeRequest& out) {
                                               "tools",
                                               "documents",
                                               "return_token_strs"};
-  for (const auto& [k, _] : j.items())
-    if (!known.count(k)) throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  check_fields(j, {&known});
   Fields f{j};
   const bool chat = f.has("messages");
   if (chat == f.has("prompt")) f.bad("prompt", "give exactly one of prompt or messages");
@@ -354,11 +356,8 @@ void parse_tokenize(const json& j, TokenizeRequest& out) {
 }
 
 void parse_detokenize(const json& j, DetokenizeRequest& out) {
-  if (!j.is_object())
-    throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
-  for (const auto& [k, _] : j.items())
-    if (k != "model" && k != "tokens")
-      throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  static const std::set<std::string> known = {"model", "tokens"};
+  check_fields(j, {&known});
   Fields f{j};
   out.model = f.string("model");
   if (!f.has("tokens") || !j["tokens"].is_array()) f.bad("tokens", "must be a list of token ids");
