@@ -12,18 +12,20 @@ ServedModel* ModelHub::find(const std::string& id) const {
   return nullptr;
 }
 
+ApiError ModelHub::not_found(const std::string& id) const {
+  std::string known;
+  for (const auto& m : models_) known += (known.empty() ? "" : ", ") + m->model.id;
+  return {ApiCode::kNotFound, "model \"" + id + "\" does not exist (served: " + known + ")",
+          "model"};
+}
+
 std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,
                                          std::function<void()> notify) const {
   if (draining)
     return ApiError{ApiCode::kUnavailable,
                     "the server is shutting down and accepts no new requests", ""};
   ServedModel* served = find(req.model);
-  if (!served) {
-    std::string known;
-    for (const auto& m : models_) known += (known.empty() ? "" : ", ") + m->model.id;
-    return ApiError{ApiCode::kNotFound,
-                    "model \"" + req.model + "\" does not exist (served: " + known + ")", "model"};
-  }
+  if (!served) return not_found(req.model);
   GenerateParams p;
   if (auto err = validate_request(req, *served, limits, p)) return err;
   auto channel = std::make_shared<TokenChannel>();

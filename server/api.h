@@ -91,6 +91,8 @@ class ModelHub {
   const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
   // The model with this id; an empty id means the first one. Null when unknown.
   ServedModel* find(const std::string& id) const;
+  // The 404 for a model id find() does not know, naming the served ones.
+  ApiError not_found(const std::string& id) const;
 
   // Validates and submits. On success fills `sub`: its events arrive in sub.channel, and
   // `notify` (if set) is called on the engine thread after each one — it must not block.

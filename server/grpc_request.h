@@ -17,6 +17,13 @@ class Tokenizer;
 // call's deadline. Out-of-range numbers are clamped so that validation reports them, never wraps.
 ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> timeout_s);
 
+// The same with the shape of the Chat conversion below (a GenerateRequest always converts).
+inline std::optional<ApiError> to_api_request(const v1::GenerateRequest& req,
+                                              std::optional<double> timeout_s, ApiRequest& out) {
+  out = to_api_request(req, timeout_s);
+  return std::nullopt;
+}
+
 // A Chat call's request: the Generate parameters with the messages as the input. Malformed
 // tools_json / template_kwargs_json or a prompt set in `generate` give an error.
 std::optional<ApiError> to_api_request(const v1::ChatRequest& req, std::optional<double> timeout_s,

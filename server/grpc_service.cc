@@ -2,7 +2,6 @@
 
 #include <memory>
 #include <mutex>
-#include <type_traits>
 
 #include "engine/tokenizer.h"
 #include "server/grpc_request.h"
@@ -56,11 +55,7 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     if (deadline != std::chrono::system_clock::time_point::max())
       timeout = std::max(1e-3, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
     ApiRequest api;
-    if constexpr (std::is_same_v<Request, v1::ChatRequest>) {
-      if (auto e = to_api_request(req, timeout, api)) return s->Finish({grpc_code(e->code), e->message});
-    } else {
-      api = to_api_request(req, timeout);
-    }
+    if (auto e = to_api_request(req, timeout, api)) return s->Finish({grpc_code(e->code), e->message});
     std::weak_ptr<GenerateStream> weak = s;
     Submission sub;
     if (auto e = hub.submit(api, sub, [weak] {

@@ -161,10 +161,8 @@ void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
 ServedModel* RestGateway::model_or_404(const std::string& id, const std::string& path,
                                        const std::shared_ptr<HttpExchange>& ex) {
   if (ServedModel* m = hub_.find(id)) return m;
-  std::string known;
-  for (const auto& m : hub_.models()) known += (known.empty() ? "" : ", ") + m->model.id;
-  reply(ex, path, 404, "application/json",
-        error_json(404, "model \"" + id + "\" does not exist (served: " + known + ")", "model"));
+  const ApiError e = hub_.not_found(id);
+  reply(ex, path, 404, "application/json", error_json(404, e.message, e.param));
   return nullptr;
 }
 
