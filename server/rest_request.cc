@@ -173,9 +173,11 @@ ChatInput parse_chat(const Fields& f, const json& j) {
 void check_fields(const json& j, std::initializer_list<const std::set<std::string>*> known) {
   if (!j.is_object())
     throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
-  for (const auto& [k, _] : j.items())
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();  // (clang 14 cannot capture a structured binding)
     if (std::none_of(known.begin(), known.end(), [&](auto* set) { return set->count(k) > 0; }))
       throw ApiError{ApiCode::kInvalidArgument, "unknown field '" + k + "'", k};
+  }
 }
 
 void parse_request(const json& j, bool chat, CompletionRequest& out) {
