@@ -95,6 +95,12 @@ static std::string route_label(const std::string& path) {
   return path.rfind("/static/", 0) == 0 ? "/static/" : "other";
 }
 
+void RestGateway::reply_error(const std::shared_ptr<HttpExchange>& ex, const std::string& path,
+                              const ApiError& e) {
+  const int status = http_status(e.code);
+  reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
+}
+
 void RestGateway::reply(std::shared_ptr<HttpExchange> ex, const std::string& path, int status,
                         const std::string& type, std::string body) {
   if (metrics_) metrics_->observe_http(route_label(path), status);
@@ -161,8 +167,7 @@ void RestGateway::models(std::shared_ptr<HttpExchange> ex) {
 ServedModel* RestGateway::model_or_404(const std::string& id, const std::string& path,
                                        const std::shared_ptr<HttpExchange>& ex) {
   if (ServedModel* m = hub_.find(id)) return m;
-  const ApiError e = hub_.not_found(id);
-  reply(ex, path, 404, "application/json", error_json(404, e.message, e.param));
+  reply_error(ex, path, hub_.not_found(id));
   return nullptr;
 }
 
@@ -174,10 +179,7 @@ void RestGateway::tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange>
   ServedModel* served = nullptr;
   if (!e && !(served = model_or_404(t.api.model, path, ex))) return;
   if (!e) e = prompt_tokens(t.api, *served, hub_.limits, ids);
-  if (e) {
-    const int status = http_status(e->code);
-    return reply(ex, path, status, "application/json", error_json(status, e->message, e->param));
-  }
+  if (e) return reply_error(ex, path, *e);
   json body = {{"count", ids.size()},
                {"max_model_len", served->model.config.max_seq_len},
                {"tokens", ids},
@@ -193,10 +195,7 @@ void RestGateway::tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange>
 void RestGateway::detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   const std::string path = "/detokenize";
   DetokenizeRequest d;
-  auto fail = [&](const ApiError& e) {
-    const int status = http_status(e.code);
-    reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
-  };
+  auto fail = [&](const ApiError& e) { reply_error(ex, path, e); };
   if (auto e = parse_detokenize_body(req.body, d)) return fail(*e);
   ServedModel* served = model_or_404(d.model, path, ex);
   if (!served) return;
@@ -489,10 +488,7 @@ void drain(const std::shared_ptr<Completion>& c) {
 
 void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat) {
   const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
-  auto fail = [&](const ApiError& e) {
-    const int status = http_status(e.code);
-    reply(ex, path, status, "application/json", error_json(status, e.message, e.param));
-  };
+  auto fail = [&](const ApiError& e) { reply_error(ex, path, e); };
   CompletionRequest parsed;
   if (auto e = chat ? parse_chat_body(req.body, parsed) : parse_completion_body(req.body, parsed))
     return fail(*e);

@@ -33,6 +33,9 @@ class RestGateway {
                             const std::shared_ptr<HttpExchange>& ex);
   void models(std::shared_ptr<HttpExchange> ex);
   void static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // An ApiError as its HTTP status with OpenAI's error body.
+  void reply_error(const std::shared_ptr<HttpExchange>& ex, const std::string& path,
+                   const ApiError& e);
   void reply(std::shared_ptr<HttpExchange> ex, const std::string& path, int status, const std::string& type,
              std::string body);
 
