@@ -139,6 +139,9 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->id = next_id_++;
   const uint64_t id = r->id;
   ++queued_;
+  // Counted from submission, not from the end of the step that takes it in: idle() (the drain's
+  // test) must not take a request that a long step has taken from the inbox for gone.
+  ++stats_.waiting;
   inbox_.push_back(std::move(r));
   wake_.notify_one();
   return {SubmitStatus::kOk, id, ""};
@@ -151,15 +154,32 @@ void Engine::cancel(uint64_t id) {
 }
 
 void Engine::start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    thread_started_ = true;
+  }
   thread_ = std::thread([this] {
     while (!stop_) {
-      if (!step()) {
+      run_tasks();
+      step_started_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      const bool worked = step();
+      step_started_ns_.store(0, std::memory_order_relaxed);
+      if (!worked) {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait_for(lock, std::chrono::milliseconds(50),
-                       [this] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+                       [this] {
+                         return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty();
+                       });
       }
     }
   });
+}
+
+double Engine::busy_seconds() const {
+  const int64_t started = step_started_ns_.load(std::memory_order_relaxed);
+  if (started == 0) return 0;
+  const Clock::duration since = Clock::now().time_since_epoch() - Clock::duration(started);
+  return std::max(0.0, std::chrono::duration<double>(since).count());
 }
 
 void Engine::stop() {
@@ -170,6 +190,8 @@ void Engine::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> inline_lock(inline_mu_);
+  run_tasks();  // queued before stop_ was set: their callers are waiting
   drain_inbox();
   // The message tells front ends that the server, not the client, ended these: the client is
   // still there and must hear why its request stopped.
@@ -178,6 +200,33 @@ void Engine::stop() {
   for (auto& r : waiting_) finish(*r, FinishReason::kCancelled, why);
   remove_finished();
   update_stats(true);
+}
+
+void Engine::run_on_engine(const std::function<void()>& fn) {
+  std::packaged_task<void()> task(fn);
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (thread_started_ && !stop_) {
+      tasks_.push_back(std::move(task));
+      wake_.notify_one();
+    }
+  }
+  if (task.valid()) {  // not queued: no engine thread runs steps
+    std::lock_guard<std::mutex> lock(inline_mu_);
+    task();
+  }
+  done.get();  // rethrows what fn threw
+}
+
+void Engine::run_tasks() {
+  std::vector<std::packaged_task<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tasks_.empty()) return;
+    tasks.swap(tasks_);
+  }
+  for (auto& t : tasks) t();
 }
 
 bool Engine::idle() const {
@@ -443,6 +492,7 @@ bool Engine::step() {
   const auto t0 = Clock::now();
   StepReport report;
   drain_inbox();
+  if (opts_.before_busy_step && !(running_.empty() && waiting_.empty())) opts_.before_busy_step();
   // One pass over the running requests: end the cancelled and expired, plan every other one's
   // chunk (decoders: their last token) and what the step's token budget has left for admission.
   ForwardBatch& batch = batch_;  // members, so a step allocates nothing in steady state
@@ -586,11 +636,11 @@ bool Engine::step() {
 void Engine::update_stats(bool detailed) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.running = static_cast<int>(running_.size());
-  stats_.waiting = static_cast<int>(waiting_.size());
+  stats_.waiting = static_cast<int>(waiting_.size() + inbox_.size());
   stats_.pages_used = pool_.used() - alloc_.spare_count();  // spares are free to any request
   stats_.pages_total = pool_.total();
   ++stats_.steps;
-  queued_ = stats_.waiting + static_cast<int>(inbox_.size());
+  queued_ = stats_.waiting;
   if (!detailed) return;
   int32_t pages[3] = {0, 0, 0};
   int64_t live = 0, allocated = 0;

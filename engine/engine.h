@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/sequence_state.h"
+#include "engine/session_file.h"
 #include "engine/stop_matcher.h"
 
 namespace mixserve {
@@ -43,6 +45,9 @@ struct EngineOptions {
   int32_t cache_min_tokens = 16;  // shorter prompts are not snapshotted (their prefill is cheap)
   double session_ttl_s = 600;     // a named session's state is kept this long after its turn
   std::function<void(const StepReport&)> on_step;  // optional; must be quick
+  // Called on the engine thread at the start of every step that has requests to work on. For
+  // tests that stall the engine (the liveness check, docs/api.md); empty in production.
+  std::function<void()> before_busy_step;
 };
 
 enum class SubmitStatus { kOk, kInvalid, kQueueFull, kShuttingDown };
@@ -54,7 +59,7 @@ struct SubmitResult {
 };
 
 struct EngineStats {
-  int running = 0, waiting = 0;
+  int running = 0, waiting = 0;  // waiting: submitted and not yet admitted
   int max_running = 0, max_queue = 0;  // the limits (EngineOptions max_batch, max_queue)
   int32_t pages_used = 0, pages_total = 0;
   uint64_t steps = 0, preemptions = 0, finished = 0;
@@ -66,6 +71,14 @@ struct EngineStats {
   // Seconds spent, summed over all steps: whole steps, backend forward passes, sampling. What a
   // step spends beyond forward and sampling is the host's scheduling overhead.
   double step_seconds = 0, forward_seconds = 0, sample_seconds = 0, schedule_seconds = 0;
+};
+
+// A named session's kept state, as GET /v1/sessions lists it.
+struct SessionInfo {
+  std::string id;
+  int64_t tokens = 0;  // tokens its state covers: its next turn prefills only what follows them
+  int64_t bytes = 0;   // state-pool memory it holds (its pages and its logits row)
+  std::chrono::system_clock::time_point last_used;  // when its last turn ended
 };
 
 class Engine {
@@ -87,6 +100,10 @@ class Engine {
   // Returns false when there was nothing to do.
   bool step();
   bool idle() const;
+  // How long the engine thread has been inside the step it is running now (0 when it is between
+  // steps or waiting for work): the liveness check (/health, gRPC health) calls it a stall past a
+  // limit. Thread-safe and lock-free.
+  double busy_seconds() const;
   EngineStats stats() const;
   const Backend& backend() const { return *backend_; }
   const LoadedModel& model() const { return model_; }
@@ -98,6 +115,23 @@ class Engine {
   std::string verify() const;
   // Drops every prefix-cache and session entry (their pages return to the pool).
   void clear_cache();
+
+  // Named sessions (engine/engine_sessions.cc). Thread-safe at any time: on a running engine they
+  // run on the engine thread between steps, else on the caller's. Never call them from the
+  // engine thread itself (on_step, a sink): they would wait for it.
+  std::vector<SessionInfo> list_sessions();
+  bool delete_session(const std::string& id);  // false when no session has that id
+  // Gives `each` every live session's saved form, one at a time. On a running engine `each` runs
+  // on the engine thread, which serves nothing meanwhile: call it on a stopped engine (the drain
+  // stops it once every turn that finished in the grace period has kept its state). Returns how
+  // many.
+  int export_sessions(const std::function<void(SessionRecord&&)>& each);
+  // Loads a saved session as a pinned cache entry under its id, so that its next turn prefills
+  // only its new tokens. Empty, or why not: sizes that do not fit this model, its TTL passed, no
+  // prefix cache, a full pool. The fingerprint check is the caller's (read_session_file).
+  std::string import_session(SessionRecord r);
+  // model_fingerprint of this engine's model and its backend's state layouts, computed once.
+  uint64_t fingerprint();
 
  private:
   struct Live;
@@ -112,6 +146,10 @@ class Engine {
   void finish(Live& r, FinishReason reason, const std::string& error = "", TokenOutput out = {});
   void emit_token(Live& r, SampledToken&& sampled);
   void remove_finished();
+  void run_on_engine(const std::function<void()>& fn);  // see list_sessions
+  void run_tasks();
+  std::string import_now(SessionRecord& r);
+  void refresh_cache_stats();
 
   const LoadedModel& model_;
   std::unique_ptr<Backend> backend_;
@@ -132,6 +170,8 @@ class Engine {
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Live>> inbox_;
   std::vector<uint64_t> cancels_;
+  std::vector<std::packaged_task<void()>> tasks_;  // for the engine thread (run_on_engine)
+  bool thread_started_ = false;
   uint64_t next_id_ = 1;
   int queued_ = 0;  // inbox + waiting, for the queue limit
   EngineStats stats_;
@@ -143,6 +183,13 @@ class Engine {
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> step_started_ns_{0};  // Clock time the running step began; 0: none
+  // Held while run_on_engine runs a task on its caller's thread (no engine thread, or a stopped
+  // one) and while stop() ends the requests left, so that two callers never touch the cache at
+  // once.
+  std::mutex inline_mu_;
+  std::once_flag fingerprint_once_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace mixserve

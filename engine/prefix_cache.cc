@@ -159,9 +159,28 @@ void PrefixCache::pin(Entries::iterator it, const std::string& session, Clock::t
   CacheEntry& e = **it;
   e.session = session;
   e.expires = expires;
+  e.last_used = Clock::now();
   sessions_.splice(sessions_.begin(), plain_, it);  // iterators stay valid across lists
   by_session_[session] = it;
   expiry_.emplace(expires, &e);
+}
+
+void PrefixCache::adopt_session(std::vector<int32_t> tokens, SequenceState&& state,
+                                std::vector<float> logits, const std::string& session,
+                                Clock::time_point last_used, Clock::time_point expires) {
+  adopt(std::move(tokens), std::move(state), session, expires);
+  auto it = by_session_.find(session);
+  if (it == by_session_.end()) return;  // no cache (max_entries 0): adopt gave the pages back
+  CacheEntry& e = **it->second;
+  e.last_used = last_used;
+  if (e.logits.empty()) e.logits = std::move(logits);
+}
+
+bool PrefixCache::erase_session(const std::string& session) {
+  auto it = by_session_.find(session);
+  if (it == by_session_.end()) return false;
+  remove(it->second);
+  return true;
 }
 
 bool PrefixCache::restore(CacheEntry* e, SequenceState& out, int64_t capacity_tokens, bool take) {

@@ -34,6 +34,7 @@ struct CacheEntry {
   std::vector<float> logits;    // logits after the last token, when kept (skip even that token)
   std::string session;          // pinned under this id until `expires`
   Clock::time_point expires;
+  Clock::time_point last_used;  // a session's: when its turn ended (GET /v1/sessions)
   uint64_t hash = 0;
   int32_t pages = 0;  // pages in state (counted into the cache's total at insert)
 };
@@ -59,6 +60,13 @@ class PrefixCache {
   // Takes a finished sequence's state (covering tokens) into the cache.
   void adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
              Clock::time_point expires);
+  // A session's entry rebuilt from its saved form (engine/engine_sessions.cc): pinned as adopt()
+  // pins a finished turn, with the turn's logits row (may be empty) and time of last use.
+  void adopt_session(std::vector<int32_t> tokens, SequenceState&& state, std::vector<float> logits,
+                     const std::string& session, Clock::time_point last_used,
+                     Clock::time_point expires);
+  // Drops the session's entry (its pages return to the pool); false when there is none.
+  bool erase_session(const std::string& session);
   // Gives `out` (empty) the state of entry e for a sequence continuing from e.tokens.size(),
   // with capacity for capacity_tokens. A session entry is handed over without copying and
   // leaves the cache. False when the pool is short.
