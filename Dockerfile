@@ -72,8 +72,13 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
 # SIGTERM drains for --drain-seconds (30 s): stop with `docker stop -t 40` or a compose
 # stop_grace_period above it.
 STOPSIGNAL SIGTERM
+# The defaults that differ from a bare `mixserve serve` are environment variables (MIXSERVE_<FLAG>,
+# docs/cli.md), not a CMD: `docker run mixserve --max-batch 64` appends flags and keeps listening
+# on every interface; a flag on the command line still wins over its variable. The model is
+# models/default under the WORKDIR unless --model names another.
+ENV MIXSERVE_HOST=0.0.0.0 MIXSERVE_GRPC_PORT=50051 MIXSERVE_HTTP_PORT=8000
 ENTRYPOINT ["/opt/mixserve/bin/mixserve", "serve"]
-CMD ["--model", "/opt/mixserve/models/default", "--host", "0.0.0.0", "--grpc-port", "50051", "--http-port", "8000"]
+CMD []
 
 # ---- CPU-only image: docker build --target cpu .
 FROM runtime AS cpu

@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include <random>
+
 #include "engine/tokenizer.h"
 #include "server/metrics.h"
 
@@ -17,6 +19,29 @@ ApiError ModelHub::not_found(const std::string& id) const {
   for (const auto& m : models_) known += (known.empty() ? "" : ", ") + m->model.id;
   return {ApiCode::kNotFound, "model \"" + id + "\" does not exist (served: " + known + ")",
           "model"};
+}
+
+std::optional<ModelHub::Stall> ModelHub::stalled(double limit_s) const {
+  if (limit_s <= 0) return std::nullopt;
+  for (const auto& m : models_)
+    if (const double busy = m->engine->busy_seconds(); busy > limit_s)
+      return Stall{m->model.id, busy};
+  return std::nullopt;
+}
+
+bool valid_request_id(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (unsigned char c : id)
+    if (c < 0x21 || c > 0x7e) return false;
+  return true;
+}
+
+std::string new_request_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
 }
 
 std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,

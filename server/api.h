@@ -93,6 +93,13 @@ class ModelHub {
   ServedModel* find(const std::string& id) const;
   // The 404 for a model id find() does not know, naming the served ones.
   ApiError not_found(const std::string& id) const;
+  // A model whose engine thread has been inside one step, with work to do, for longer than
+  // limit_s (/health's 503 and gRPC health's NOT_SERVING); none when limit_s is 0.
+  struct Stall {
+    std::string model;
+    double seconds = 0;
+  };
+  std::optional<Stall> stalled(double limit_s) const;
 
   // Validates and submits. On success fills `sub`: its events arrive in sub.channel, and
   // `notify` (if set) is called on the engine thread after each one — it must not block.
@@ -106,6 +113,12 @@ class ModelHub {
  private:
   std::vector<std::unique_ptr<ServedModel>> models_;
 };
+
+// A request id a client chose (X-Request-Id, gRPC metadata x-request-id): 1 to 128 visible
+// ASCII characters, so that it can go into headers and log lines as it is.
+bool valid_request_id(const std::string& id);
+// A fresh request id: 32 random hex digits (a UUID's 128 bits, as vLLM makes them).
+std::string new_request_id();
 
 // UTF-8 validity (prompts and stop strings must be valid text).
 bool valid_utf8(const std::string& s);

@@ -2,9 +2,11 @@
 
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "engine/tokenizer.h"
 #include "server/grpc_request.h"
+#include "server/request_log.h"
 
 namespace mixserve {
 
@@ -34,6 +36,25 @@ grpc::Status TextGenerationService::authorize(grpc::CallbackServerContext* ctx) 
 
 namespace {
 
+// The HTTP status a gRPC status corresponds to, for log lines (one scale for both APIs; 499 is
+// nginx's "client closed request").
+int http_equivalent(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return 200;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE: return 400;
+    case grpc::StatusCode::UNAUTHENTICATED: return 401;
+    case grpc::StatusCode::PERMISSION_DENIED: return 403;
+    case grpc::StatusCode::NOT_FOUND: return 404;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
+    case grpc::StatusCode::CANCELLED: return 499;
+    case grpc::StatusCode::UNAVAILABLE: return 503;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
+    default: return 500;
+  }
+}
+
 // One Generate call. The engine thread calls pump() after each event it pushes; gRPC calls
 // OnWriteDone/OnCancel/OnDone on its own threads. At most one write is in flight; the mutex
 // orders pump against those reactions, and gRPC operations are started outside it. The stream
@@ -49,23 +70,34 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     auto s = std::make_shared<GenerateStream>();
     s->self_ = s;
     *reactor = s.get();
-    if (!auth.ok()) return s->Finish(auth);
+    s->route_ = std::is_same_v<Request, v1::ChatRequest> ? "Chat" : "Generate";
+    // The request id: the client's x-request-id metadata or a new one, sent back as initial
+    // metadata (before any message or the status) and in every GenerateResponse.
+    const auto& md = ctx->client_metadata();
+    const auto given = md.find("x-request-id");
+    s->request_id_ = given == md.end() ? new_request_id() : std::string(given->second.data(), given->second.size());
+    const bool id_ok = given == md.end() || valid_request_id(s->request_id_);
+    if (!id_ok) s->request_id_ = new_request_id();
+    ctx->AddInitialMetadata("x-request-id", s->request_id_);
+    if (!id_ok) return s->end({grpc::StatusCode::INVALID_ARGUMENT, "x-request-id must be 1 to 128 visible ASCII characters"});
+    if (!auth.ok()) return s->end(auth);
     std::optional<double> timeout;
     const auto deadline = ctx->deadline();
     if (deadline != std::chrono::system_clock::time_point::max())
       timeout = std::max(1e-3, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
     ApiRequest api;
-    if (auto e = to_api_request(req, timeout, api)) return s->Finish({grpc_code(e->code), e->message});
+    if (auto e = to_api_request(req, timeout, api)) return s->end({grpc_code(e->code), e->message});
+    if (logging_prompts()) s->prompt_ = api.chat ? api.chat->messages.dump() : api.prompt_text.value_or("");
     std::weak_ptr<GenerateStream> weak = s;
     Submission sub;
     if (auto e = hub.submit(api, sub, [weak] {
           if (auto live = weak.lock()) live->pump();
         }))
-      return s->Finish({grpc_code(e->code), e->message});
+      return s->end({grpc_code(e->code), e->message});
     {
       std::lock_guard<std::mutex> lock(s->mu_);
       s->sub_ = std::move(sub);
-      s->request_id_ = std::to_string(s->sub_.id);
+      s->model_ = s->sub_.served->model.id;
       s->tok_ = s->sub_.served->model.tokenizer.get();
       s->submitted_ = true;
     }
@@ -103,7 +135,7 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
         if (out.finish != FinishReason::kNone) {
           finished_ = true;
           lock.unlock();
-          return Finish({grpc::StatusCode::CANCELLED, "the client went away"});
+          return end({grpc::StatusCode::CANCELLED, "the client went away"}, &out);
         }
       return;
     }
@@ -112,18 +144,43 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     if (finish == FinishReason::kCancelled || finish == FinishReason::kError) {
       finished_ = true;
       lock.unlock();
-      return Finish(finish == FinishReason::kCancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled")
-                                                       : grpc::Status(grpc::StatusCode::INTERNAL, out.error));
+      return end(finish == FinishReason::kCancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled")
+                                                    : grpc::Status(grpc::StatusCode::INTERNAL, out.error),
+                 &out);
     }
     to_response(out, request_id_, tok_, res_);
+    if (logging_prompts()) completion_ += out.text;
     writing_ = true;
     finished_ = finish != FinishReason::kNone;
     lock.unlock();
     if (finish == FinishReason::kNone) return StartWrite(&res_);
-    if (finish == FinishReason::kDeadline)
-      return StartWriteAndFinish(&res_, grpc::WriteOptions(),
-                                 {grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the completion finished"});
-    StartWriteAndFinish(&res_, grpc::WriteOptions(), grpc::Status::OK);
+    const grpc::Status status =
+        finish == FinishReason::kDeadline
+            ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the completion finished")
+            : grpc::Status::OK;
+    log(status, &out);
+    StartWriteAndFinish(&res_, grpc::WriteOptions(), status);
+  }
+  // Finishes the call with `status` and logs it; `last` is the engine's final event, if any.
+  void end(const grpc::Status& status, const TokenOutput* last = nullptr) {
+    log(status, last);
+    Finish(status);
+  }
+  void log(const grpc::Status& status, const TokenOutput* last) {
+    RequestLogLine line;
+    line.request_id = request_id_, line.api = "grpc", line.route = route_, line.model = model_;
+    line.status = http_equivalent(status.error_code());
+    line.error = status.error_message();
+    if (last) {
+      line.finish_reason = finish_reason_name(last->finish);
+      line.prompt_tokens = last->usage.prompt_tokens;
+      line.completion_tokens = last->usage.completion_tokens;
+      line.cached_tokens = last->usage.cached_tokens;
+      if (last->usage.completion_tokens > 0) line.ttft_s = last->timing.ttft_s;
+      line.e2e_s = last->timing.e2e_s;
+    }
+    line.prompt = prompt_, line.completion = completion_;
+    log_request(line);
   }
   void cancel_request() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -133,7 +190,8 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   std::mutex mu_;
   std::shared_ptr<GenerateStream> self_;
   Submission sub_;
-  std::string request_id_;
+  std::string request_id_, route_, model_;
+  std::string prompt_, completion_;  // only with --log-prompts
   const Tokenizer* tok_ = nullptr;
   v1::GenerateResponse res_;  // the message being written; untouched while writing_
   bool submitted_ = false, writing_ = false, finished_ = false, broken_ = false;

@@ -83,6 +83,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     res->set(http::field::server, "mixserve");
     res->set(http::field::content_type, type);
+    for (auto& [k, v] : extra_headers_) res->set(k, v);
     for (auto& [k, v] : headers) res->set(k, v);
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
@@ -98,10 +99,14 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     stream_res_->set(http::field::content_type, type);
     stream_res_->set(http::field::cache_control, "no-cache");
     stream_res_->set("X-Accel-Buffering", "no");
+    for (auto& [k, v] : extra_headers_) stream_res_->set(k, v);
     stream_res_->keep_alive(keep_alive_);
     stream_res_->chunked(true);
     queue_.push_back(Write{nullptr, stream_res_, {}, false, serial});
     pump();
+  }
+  void add_header(uint64_t serial, std::string name, std::string value) {
+    if (serial == serial_ && !responding_) extra_headers_.emplace_back(std::move(name), std::move(value));
   }
   void send(uint64_t serial, std::string chunk) {
     if (serial != serial_ || !stream_res_ || chunk.empty()) return;
@@ -230,6 +235,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     ++serial_;
     responding_ = response_done_ = false;
     stream_res_.reset();
+    extra_headers_.clear();
     gone_ = nullptr;
     // Notices a client that leaves while the handler works — unless the next request is already
     // buffered: a read would then wait for bytes that may never come, and response_complete()
@@ -309,6 +315,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   std::shared_ptr<http::response<http::empty_body>> stream_res_;
   net::steady_timer write_timer_, read_timer_;
   std::function<void()> gone_;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;  // add_header's, this request
   uint64_t serial_ = 0;
   bool keep_alive_ = true, writing_ = false, watching_ = false, closed_ = false, responding_ = false,
        response_done_ = false, read_timed_out_ = false;
@@ -326,6 +333,11 @@ class Exchange : public HttpExchange {
   }
   void start_stream(int status, const std::string& type) override {
     net::post(s_->executor(), [s = s_, n = serial_, status, type] { s->start_stream(n, status, type); });
+  }
+  void add_header(std::string name, std::string value) override {
+    net::post(s_->executor(), [s = s_, n = serial_, k = std::move(name), v = std::move(value)]() mutable {
+      s->add_header(n, std::move(k), std::move(v));
+    });
   }
   void send(std::string chunk) override {
     net::post(s_->executor(), [s = s_, n = serial_, c = std::move(chunk)]() mutable { s->send(n, std::move(c)); });

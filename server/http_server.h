@@ -31,6 +31,9 @@ class HttpExchange {
   virtual void respond(int status, const std::string& content_type, std::string body,
                        std::vector<std::pair<std::string, std::string>> headers = {}) = 0;
   virtual void start_stream(int status, const std::string& content_type) = 0;
+  // A header the response carries, whichever of respond() or start_stream() sends it (request
+  // ids, CORS). Call it before them.
+  virtual void add_header(std::string name, std::string value) = 0;
   virtual void send(std::string chunk) = 0;
   virtual void finish() = 0;
   // Runs fn on the connection's strand (after writes queued before it).

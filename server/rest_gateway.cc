@@ -1,5 +1,6 @@
 #include "server/rest_gateway.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include "engine/tokenizer.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 #include "server/rest_json.h"
 #include "server/rest_request.h"
 
@@ -90,8 +92,9 @@ RestGateway::RestGateway(ModelHub& hub, const ApiKeys& keys, Metrics* metrics, R
 // grow the server's memory and every scrape without bound.
 static std::string route_label(const std::string& path) {
   for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
-                            "/detokenize", "/health", "/ready", "/metrics", "/"})
+                            "/detokenize", "/health", "/ready", "/metrics", "/", "/v1/sessions"})
     if (path == route) return path;
+  if (path.rfind("/v1/sessions/", 0) == 0) return "/v1/sessions/{id}";
   return path.rfind("/static/", 0) == 0 ? "/static/" : "other";
 }
 
@@ -107,7 +110,100 @@ void RestGateway::reply(std::shared_ptr<HttpExchange> ex, const std::string& pat
   ex->respond(status, type, std::move(body));
 }
 
-void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+namespace {
+
+// The exchange a route answers through: the inner one, plus a log line for an error response
+// (with its request id, route and message). A completion logs its own, richer, line and says so
+// with logged(), so that no request is logged twice.
+class LoggedExchange final : public HttpExchange {
+ public:
+  LoggedExchange(std::shared_ptr<HttpExchange> inner, std::string request_id, std::string route)
+      : inner_(std::move(inner)), request_id_(std::move(request_id)), route_(std::move(route)) {}
+  void logged() { logged_ = true; }
+  void respond(int status, const std::string& content_type, std::string body,
+               std::vector<std::pair<std::string, std::string>> headers) override {
+    if (status >= 400 && !logged_.exchange(true)) {
+      RequestLogLine line;
+      line.request_id = request_id_, line.api = "rest", line.route = route_, line.status = status;
+      const auto j = nlohmann::json::parse(body, nullptr, false);
+      line.error = j.is_object() && j.contains("error") && j["error"].contains("message") &&
+                           j["error"]["message"].is_string()
+                       ? j["error"]["message"].get<std::string>()
+                       : body.substr(0, 200);
+      log_request(line);
+    }
+    inner_->respond(status, content_type, std::move(body), std::move(headers));
+  }
+  void start_stream(int status, const std::string& content_type) override {
+    inner_->start_stream(status, content_type);
+  }
+  void add_header(std::string name, std::string value) override {
+    inner_->add_header(std::move(name), std::move(value));
+  }
+  void send(std::string chunk) override { inner_->send(std::move(chunk)); }
+  void finish() override { inner_->finish(); }
+  void post(std::function<void()> fn) override { inner_->post(std::move(fn)); }
+  void on_client_gone(std::function<void()> fn) override { inner_->on_client_gone(std::move(fn)); }
+
+ private:
+  std::shared_ptr<HttpExchange> inner_;
+  std::string request_id_, route_;
+  std::atomic<bool> logged_{false};
+};
+
+}  // namespace
+
+bool RestGateway::origin_allowed(const std::string& origin) const {
+  for (const std::string& o : opts_.allowed_origins)
+    if (o == "*" || o == origin) return true;
+  return false;
+}
+
+void RestGateway::options(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool allowed) {
+  const std::string& p = req.path;
+  const std::string method = req.header("access-control-request-method");
+  if (method.empty()) {  // not a preflight: what the server allows
+    if (metrics_) metrics_->observe_http(route_label(p), 204);
+    return ex->respond(204, "text/plain", "", {{"Allow", "GET, POST, DELETE, OPTIONS"}});
+  }
+  if (!allowed)
+    return reply(ex, p, 403, "application/json",
+                 error_json(403, "origin \"" + req.header("origin") +
+                                     "\" may not call this server from a browser (its operator "
+                                     "allows origins with --allowed-origins)"));
+  const std::string asked = req.header("access-control-request-headers");
+  if (metrics_) metrics_->observe_http(route_label(p), 204);
+  ex->respond(204, "text/plain", "",
+              {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
+               {"Access-Control-Allow-Headers",
+                asked.empty() ? "Authorization, Content-Type, X-Request-Id" : asked},
+               {"Access-Control-Max-Age", "600"}});
+}
+
+void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> raw) {
+  const std::string given = req.header("x-request-id");
+  const bool id_ok = given.empty() || valid_request_id(given);
+  const std::string request_id = given.empty() || !id_ok ? new_request_id() : given;
+  auto ex = std::make_shared<LoggedExchange>(std::move(raw), request_id, route_label(req.path));
+  ex->add_header("X-Request-Id", request_id);
+  const std::string origin = req.header("origin");
+  const bool cors = !origin.empty() && origin_allowed(origin);
+  if (cors) {
+    ex->add_header("Access-Control-Allow-Origin", origin);
+    ex->add_header("Access-Control-Expose-Headers", "X-Request-Id");
+  }
+  if (!opts_.allowed_origins.empty()) ex->add_header("Vary", "Origin");
+  // A preflight carries no credentials: it is answered before the API key is asked for.
+  if (req.method == "OPTIONS") return options(req, ex, cors);
+  if (!id_ok)
+    return reply(
+        ex, req.path, 400, "application/json",
+        error_json(400, "X-Request-Id must be 1 to 128 visible ASCII characters", "X-Request-Id"));
+  route(req, ex, request_id);
+}
+
+void RestGateway::route(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                        const std::string& request_id) {
   const std::string& p = req.path;
   auto err = [&](int status, const std::string& msg, const std::string& param = "") {
     reply(ex, p, status, "application/json", error_json(status, msg, param));
@@ -119,6 +215,12 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> e
     return err(401, "a valid API key is required (Authorization: Bearer <key>)");
   if (p == "/health") {
     if (req.method != "GET") return err(405, "use GET");
+    if (auto stall = hub_.stalled(opts_.engine_stall_seconds))
+      return reply(ex, p, 503, "application/json",
+                   dump(json{{"status", "stalled"},
+                             {"model", stall->model},
+                             {"step_seconds", stall->seconds},
+                             {"limit_seconds", opts_.engine_stall_seconds}}));
     return reply(ex, p, 200, "application/json", R"({"status":"ok"})");
   }
   if (p == "/ready") {
@@ -137,12 +239,13 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> e
   }
   if (p == "/v1/completions" || p == "/v1/chat/completions") {
     if (req.method != "POST") return err(405, "use POST");
-    return completions(req, ex, p == "/v1/chat/completions");
+    return completions(req, ex, p == "/v1/chat/completions", request_id);
   }
   if (p == "/tokenize" || p == "/detokenize") {
     if (req.method != "POST") return err(405, "use POST");
     return p == "/tokenize" ? tokenize(req, ex) : detokenize(req, ex);
   }
+  if (p == "/v1/sessions" || p.rfind("/v1/sessions/", 0) == 0) return sessions(req, ex);
   if (page && req.method == "GET" && !opts_.static_dir.empty()) return static_file(req, ex);
   err(404, "no route for " + req.method + " " + p);
 }
@@ -234,13 +337,6 @@ void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchan
 
 namespace {
 
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%s-%016llx", prefix, static_cast<unsigned long long>(rng()));
-  return buf;
-}
-
 // One choice of a completion (n > 1 gives several): its request in the engine and what it has
 // produced so far.
 struct Choice {
@@ -251,6 +347,7 @@ struct Choice {
   std::vector<SampledToken> logprobs;  // non-streaming
   FinishReason finish = FinishReason::kNone;
   Usage usage;
+  Timing timing;
 };
 
 // One completion in flight, touched only on its connection's strand.
@@ -264,8 +361,9 @@ struct Completion {
   bool chat = false, stream = false, include_usage = false, echo = false;
   bool continuous_usage = false, tokens_as_ids = false, return_logprob = false;
   bool ended = false;  // the response is complete (or the client is gone)
-  std::string path;    // the route, for the metrics
-  std::string id, model, prompt_text;
+  std::string path;    // the route, for the metrics and the log
+  std::string request_id, id, model, prompt_text;
+  LoggedExchange* log = nullptr;  // ex, which logs error responses unless told otherwise
   int64_t created = 0;
   Metrics* metrics = nullptr;
 };
@@ -343,6 +441,29 @@ Usage total_usage(const Completion& c) {
   return u;
 }
 
+// The request's log line, once it has ended (status 499: the client went away).
+void log_completion(Completion& c, int status, const std::string& error = "") {
+  c.log->logged();
+  RequestLogLine line;
+  line.request_id = c.request_id, line.api = "rest", line.route = c.path, line.model = c.model;
+  line.status = status, line.error = error;
+  const Usage u = total_usage(c);
+  line.prompt_tokens = u.prompt_tokens, line.completion_tokens = u.completion_tokens;
+  line.cached_tokens = u.cached_tokens;
+  line.choices = static_cast<int32_t>(c.choices.size());
+  const Choice& first = c.choices[0];
+  if (first.finish != FinishReason::kNone) {
+    line.finish_reason = openai_finish(first.finish);
+    line.ttft_s = first.usage.completion_tokens > 0 ? first.timing.ttft_s : -1;
+    line.e2e_s = first.timing.e2e_s;
+  }
+  if (logging_prompts()) {
+    line.prompt = c.chat ? c.api.chat->messages.dump() : c.prompt_text;
+    line.completion = first.text;
+  }
+  log_request(line);
+}
+
 void send_event(Completion& c, const json& body) {
   c.ex->send(sse_event(body));
 }
@@ -392,6 +513,7 @@ void send_chunk(Completion& c, size_t index, const std::string& text,
 // other choices are cancelled.
 void fail(Completion& c, int status, const std::string& message) {
   c.ended = true;
+  log_completion(c, status, message);
   for (Choice& ch : c.choices)
     if (ch.submitted && !ch.ended) c.served->engine->cancel(ch.sub.id);
   if (!c.stream) {
@@ -406,6 +528,7 @@ void fail(Completion& c, int status, const std::string& message) {
 // Every choice has ended: the whole response, or the stream's usage and end.
 void complete(Completion& c) {
   c.ended = true;
+  log_completion(c, 200);
   const Usage usage = total_usage(c);
   if (!c.stream) {
     if (c.metrics) c.metrics->observe_http(c.path, 200);
@@ -455,8 +578,8 @@ void drain(const std::shared_ptr<Completion>& c) {
       }
       const bool last = out.finish != FinishReason::kNone;
       if (out.token >= 0) ch.tokens.push_back(out.token);
+      if (!c->stream || logging_prompts()) ch.text += out.text;  // streamed: for the log line
       if (!c->stream) {
-        ch.text += out.text;
         for (auto& s : out.logprobs) ch.logprobs.push_back(std::move(s));
       } else if (!last && (!out.text.empty() || !out.logprobs.empty())) {
         send_chunk(*c, i, out.text, out.logprobs, json());
@@ -465,10 +588,12 @@ void drain(const std::shared_ptr<Completion>& c) {
       ch.ended = true;
       ch.finish = out.finish;
       ch.usage = out.usage;
+      ch.timing = out.timing;
       // Cancelled without a message: the client is gone, nothing to send. With one, the server
       // cancelled it (shutdown past the grace period): 503, so that no stream just stops.
       if (out.finish == FinishReason::kCancelled && out.error.empty()) {
         c->ended = true;
+        log_completion(*c, 499, "the client went away");
         return;
       }
       if (out.finish == FinishReason::kDeadline)
@@ -486,7 +611,8 @@ void drain(const std::shared_ptr<Completion>& c) {
 
 }  // namespace
 
-void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat) {
+void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat,
+                              const std::string& request_id) {
   const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
   auto fail = [&](const ApiError& e) { reply_error(ex, path, e); };
   CompletionRequest parsed;
@@ -501,7 +627,9 @@ void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchan
   c->hub = &hub_;
   c->ex = ex;
   c->metrics = metrics_;
-  c->id = random_id(chat ? "chatcmpl" : "cmpl");
+  c->request_id = request_id;
+  c->log = static_cast<LoggedExchange*>(ex.get());      // handle() made it
+  c->id = (chat ? "chatcmpl-" : "cmpl-") + request_id;  // vLLM's ids
   c->created = std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();

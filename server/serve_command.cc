@@ -4,8 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <thread>
 
@@ -16,7 +19,9 @@
 #include "server/grpc_service.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 #include "server/rest_gateway.h"
+#include "server/session_persistence.h"
 
 namespace mixserve {
 
@@ -40,6 +45,11 @@ struct ServeFlags {
   double gpu_memory_fraction = 0, gpu_memory_utilization = 0, session_ttl = 600, drain_seconds = 30,
          header_timeout = 10, body_timeout = 30, write_timeout = 30, idle_timeout = 60;
   bool auth_exempt_health = true;
+  std::string session_dir;
+  std::vector<std::string> allowed_origins;
+  double engine_stall_seconds = 60;
+  std::string log_level = "info", log_format = "text";
+  bool log_prompts = false;
 };
 
 void add_serve_flags(CLI::App& app, ServeFlags& f) {
@@ -108,6 +118,10 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--session-ttl", f.session_ttl, "seconds a named session's state is kept")
       ->check(cli::number(0, 365 * 86400, true))
       ->capture_default_str();
+  app.add_option("--session-dir", f.session_dir,
+                 "keep named sessions across restarts: written to DIR/<model id>/ on drain, "
+                 "restored at start-up (default: none, sessions end with the process)")
+      ->type_name("DIR");
   app.add_option("--max-body-bytes", f.max_body_bytes, "largest request body (413 beyond)")
       ->check(cli::count())
       ->capture_default_str();
@@ -156,6 +170,35 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--static-dir", f.static_dir, "files served at / (the playground); empty: none")
       ->type_name("DIR")
       ->capture_default_str();
+  app.add_option("--allowed-origins", f.allowed_origins,
+                 "origins whose web pages may call the REST API (CORS), comma-separated or "
+                 "repeated; * allows any (default: none)")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--engine-stall-seconds", f.engine_stall_seconds,
+                 "/health answers 503 and gRPC health NOT_SERVING while an engine has been inside "
+                 "one step this long (0: never)")
+      ->check(cli::number(0, 86400))
+      ->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_option("--log-format", f.log_format, "text, or json: one JSON object a line (on stderr)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cli::add_bool(app, "--log-prompts", f.log_prompts,
+                "put prompts and completions in the request log lines (never by default)");
+}
+
+// The test-only stall of docs/api.md ("Liveness"): while the file MIXSERVE_TEST_STALL_FILE names
+// exists, every engine step that has work waits before it runs.
+std::function<void()> test_stall_hook() {
+  const char* file = std::getenv("MIXSERVE_TEST_STALL_FILE");
+  if (!file || !*file) return nullptr;
+  return [path = std::string(file)] {
+    while (std::ifstream(path).good()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
 }
 
 std::chrono::milliseconds ms(double seconds) {
@@ -192,6 +235,9 @@ int serve_command(int argc, char** argv) {
   if (a.gpu_memory_utilization > 0 && a.pool_bytes > 0)
     return usage_error(
         "--gpu-memory-utilization and --pool-bytes both size the state pool; give one");
+  LogOptions log;
+  log.level = a.log_level, log.json = a.log_format == "json", log.prompts = a.log_prompts;
+  setup_logging(log);
   // Signals go to sigwait() below, not to whichever thread the kernel picks.
   sigset_t signals;
   sigemptyset(&signals);
@@ -217,6 +263,7 @@ int serve_command(int argc, char** argv) {
       }
     }
     ApiKeys api_keys(keys);
+    SessionPersistence sessions(a.session_dir, log_event);
     const std::vector<std::string>& names = a.served_names;
     const std::vector<std::string>& templates = a.chat_templates;
     for (size_t i = 0; i < dirs.size(); ++i) {
@@ -245,6 +292,7 @@ int serve_command(int argc, char** argv) {
       eo.cache_entries = a.cache_entries;
       eo.session_ttl_s = a.session_ttl;
       eo.on_step = metrics.add_model(served->model.id, served->model.config, served->mixers);
+      eo.before_busy_step = test_stall_hook();
       BackendChoice choice;
       choice.backend = a.backend;
       choice.pool_bytes = a.pool_bytes;
@@ -255,6 +303,7 @@ int serve_command(int argc, char** argv) {
       auto backend = make_backend(served->model, choice);
       served->backend = backend->name();
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);
+      if (sessions.enabled()) sessions.restore(*served);  // before it serves a turn
       served->engine->start();
       std::cout << "model " << served->model.id << " (" << served->model.format << ", "
                 << served->backend << ", tokenizer " << served->model.tokenizer_kind()
@@ -288,6 +337,8 @@ int serve_command(int argc, char** argv) {
     RestOptions ro;
     ro.auth_exempt_health = a.auth_exempt_health;
     ro.static_dir = a.static_dir;
+    ro.allowed_origins = a.allowed_origins;
+    ro.engine_stall_seconds = a.engine_stall_seconds;
     RestGateway rest(hub, api_keys, &metrics, ro);
     HttpServerOptions ho;
     ho.host = a.host;
@@ -308,9 +359,31 @@ int serve_command(int argc, char** argv) {
     http.start();
     std::cout << "listening: grpc " << a.host << ":" << grpc_port << (tls ? " (TLS)" : "")
               << ", http" << (tls ? "s" : "") << " " << a.host << ":" << http.port() << std::endl;
+    // gRPC health follows the engines: NOT_SERVING while one is stalled (as /health's 503).
+    std::atomic<bool> watching{true};
+    std::thread watchdog([&] {
+      bool stalled = false;
+      while (watching) {
+        const auto stall = hub.stalled(a.engine_stall_seconds);
+        if (stall.has_value() != stalled && !hub.draining) {
+          stalled = stall.has_value();
+          grpc_server->GetHealthCheckService()->SetServingStatus(!stalled);
+          if (stalled)
+            log_event("error", "engine_stall",
+                      "model " + stall->model + ": one engine step has run for " +
+                          std::to_string(stall->seconds) + " s (--engine-stall-seconds " +
+                          std::to_string(a.engine_stall_seconds) + "): health is NOT_SERVING");
+          else
+            log_event("info", "engine_recovered", "every engine completes its steps again");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
     // Wait for SIGTERM/SIGINT, then drain.
     int sig = 0;
     sigwait(&signals, &sig);
+    watching = false;
+    watchdog.join();
     std::cout << "signal " << sig << ": draining (up to " << a.drain_seconds << " s)" << std::endl;
     hub.draining = true;
     grpc_server->GetHealthCheckService()->SetServingStatus(false);
@@ -324,7 +397,8 @@ int serve_command(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const bool clean = !busy();
     grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    for (const auto& m : hub.models()) m->engine->stop();         // anything left ends as cancelled
+    for (const auto& m : hub.models()) m->engine->stop();  // anything left ends as cancelled
+    if (sessions.enabled()) sessions.save(hub);  // every turn that finished has kept its state
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last bytes of the streams
     http.stop();
     std::cout << "stopped"

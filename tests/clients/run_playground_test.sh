@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs the playground's browser test: installs playwright-core (pinned in package-lock.json) into
+# Runs a browser test (the playground's, or the one named by a fourth argument): installs playwright-core (pinned in package-lock.json) into
 # the build tree with npm ci when needed, then drives Debian's chromium against a real server.
 # Fails with a clear message when node, npm, playwright-core or chromium is missing: never skips.
-# Usage: run_playground_test.sh SERVER_BINARY SOURCE_DIR WORK_DIR
+# Usage: run_playground_test.sh SERVER_BINARY SOURCE_DIR WORK_DIR [TEST_SCRIPT (default playground_test.js)]
 set -euo pipefail
-server=$1 source_dir=$2 work_dir=$3
+server=$1 source_dir=$2 work_dir=$3 script=${4:-playground_test.js}
 here=$source_dir/tests/clients
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -17,4 +17,4 @@ if ! cmp -s "$here/package-lock.json" "$node_dir/package-lock.json" || [ ! -d "$
   cp "$here/package.json" "$here/package-lock.json" "$node_dir/"
   (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci of playwright-core failed (is the npm registry reachable?)"
 fi
-NODE_PATH=$node_dir/node_modules exec node "$here/playground_test.js" "$server" "$source_dir" "$work_dir/output"
+NODE_PATH=$node_dir/node_modules exec node "$here/$script" "$server" "$source_dir" "$work_dir/output"

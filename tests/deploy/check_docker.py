@@ -5,13 +5,16 @@ Static: every stage a FROM or COPY --from names exists earlier; the targets `cpu
 exist and `gpu` is the default (last); COPY sources exist in the repository and are not dropped
 by .dockerignore, and neither is any tracked file the build reads; every ${ARG} a stage uses is
 declared in it; the final stages run as a non-root user whose uid is the Kubernetes runAsUser;
-HEALTHCHECK probes /health on the CMD's --http-port; ENTRYPOINT is `mixserve serve` at the path
-the stage script puts it; every CMD flag exists in `mixserve serve --help`.
+HEALTHCHECK probes /health on the image's HTTP port; ENTRYPOINT is `mixserve serve` at the path
+the stage script puts it; the image's defaults are MIXSERVE_<FLAG> variables (so that flags given
+to `docker run` are appended, not replacing them), each one of `mixserve serve --help`, with
+--host 0.0.0.0; every CMD flag exists too.
 
 Dynamic: runs deploy/docker/stage (what the build stages run) on the local build, checks that
 the runtime package list names installed Debian packages, then starts the staged server from
-the staged directory with the image's ENTRYPOINT and CMD (ports replaced by free ones): /health,
-/ready and /metrics answer, and SIGTERM ends it with exit status 0.
+the staged directory with the image's ENTRYPOINT, CMD and environment (ports replaced by free
+ones) and a flag appended as `docker run IMAGE --max-batch 8` would: /health, /ready and /metrics
+answer, and SIGTERM ends it with exit status 0.
 
 usage: check_docker.py MIXSERVE_BINARY SOURCE_DIR
 """
@@ -195,6 +198,19 @@ def main():
     for f in flags:
         if f"--{f}" not in help_text:
             fail(f"CMD flag --{f} is not a flag of mixserve serve")
+    # The defaults as environment variables: MIXSERVE_HTTP_PORT=8000 is --http-port 8000.
+    env = {}
+    for word, rest in [l for st in stages if st["name"] == "runtime" for l in st["lines"]]:
+        if word == "ENV":
+            env.update(dict(re.findall(r"(MIXSERVE_\w+)=(\S+)", rest)))
+    for var, value in env.items():
+        if f"(env {var})" not in help_text:
+            fail(f"ENV {var} is not the variable of a mixserve serve flag")
+        flags.setdefault(var[len("MIXSERVE_"):].lower().replace("_", "-"), value)
+    if flags.get("host") != "0.0.0.0":
+        fail(f"the image listens on {flags.get('host')}, not 0.0.0.0")
+    if any(a.startswith("--") for a in cmd):
+        fail(f"CMD {cmd} sets flags: `docker run IMAGE --flag` would replace them all")
     health = collect("gpu", "HEALTHCHECK")[-1]
     if f":{flags.get('http-port', '8000')}/health" not in health:
         fail("HEALTHCHECK does not probe the CMD's --http-port")
@@ -228,12 +244,13 @@ def main():
         if not any(p.startswith("libgrpc") for p in pkgs):
             fail(f"runtime packages lack gRPC: {pkgs}")
         run_cmd = [f"{tmp}{entry[0]}"] + entry[1:] + [
-            a.replace("/opt/mixserve", app) for a in cmd]
-        run_cmd = [("0" if i and run_cmd[i - 1] in ("--grpc-port", "--http-port") else a)
-                   for i, a in enumerate(run_cmd)]
-        run_cmd = [("127.0.0.1" if i and run_cmd[i - 1] == "--host" else a) for i, a in enumerate(run_cmd)]
-        print("running:", shlex.join(run_cmd), f"(in {app})")
-        proc = subprocess.Popen(run_cmd, cwd=app, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            a.replace("/opt/mixserve", app) for a in cmd] + ["--max-batch", "8"]
+        run_env = dict(os.environ)
+        run_env.update(env)
+        run_env.update({"MIXSERVE_GRPC_PORT": "0", "MIXSERVE_HTTP_PORT": "0"})
+        print("running:", shlex.join(run_cmd), f"(in {app}, with {env} and free ports)")
+        proc = subprocess.Popen(run_cmd, cwd=app, env=run_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
         port = None
         deadline = time.time() + 30
         lines = []
@@ -245,6 +262,8 @@ def main():
             m = re.search(r"http (\S+):(\d+)", line)
             if line.startswith("listening:") and m:
                 port = int(m.group(2))
+                if m.group(1) != env.get("MIXSERVE_HOST"):
+                    fail(f"the staged server listens on {m.group(1)}, not the image's host")
         if port is None:
             fail("the staged server did not start: " + "".join(lines))
             proc.kill()

@@ -6,7 +6,11 @@
 // page is free at the end.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <random>
 
 #include "engine/cpu/cpu_backend.h"
@@ -238,6 +242,58 @@ TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
   }
   EXPECT_EQ(e.stats().pages_used, 0) << "every page returns to the pool";
   EXPECT_EQ(e.verify(), "");
+}
+
+// The liveness check's input: busy_seconds() grows while the engine thread is stuck inside a step
+// it has work for, and is 0 again between steps and while the engine waits for work.
+TEST(Scheduler, BusySecondsMeasuresAStuckStep) {
+  LoadedModel model;
+  model.id = "stall";
+  ModelConfig& c = model.config;
+  c.vocab_size = 16;
+  c.d_model = 16;
+  c.n_layers = 1;
+  c.ffn_dim = 32;
+  c.max_seq_len = 64;
+  c.layers = {LayerConfig{}};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false, stuck = false;
+  EngineOptions o;
+  o.before_busy_step = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    stuck = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  Engine e(model, std::make_unique<NullBackend>(c, int64_t{1} << 20), o);
+  e.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));  // idle: waiting for work
+  EXPECT_EQ(e.busy_seconds(), 0);
+  std::atomic<bool> done{false};
+  GenerateParams p;
+  p.prompt = {1, 2, 3};
+  p.max_tokens = 2;
+  ASSERT_EQ(e.submit(p, [&](TokenOutput&& t) { done = done || t.finish != FinishReason::kNone; })
+                .status,
+            SubmitStatus::kOk);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stuck; });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_GE(e.busy_seconds(), 0.19);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(done);
+  for (int i = 0; i < 500 && e.busy_seconds() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_LT(e.busy_seconds(), 0.19) << "between steps again";
+  e.stop();
 }
 
 }  // namespace
