@@ -6,25 +6,11 @@
 // (http://localhost:<port> instead of http://127.0.0.1:<port>) is refused by the browser.
 // Usage: node cors_test.js SERVER_BINARY SOURCE_DIR OUTPUT_DIR   (NODE_PATH has playwright-core)
 "use strict";
-const { spawn } = require("child_process");
-const fs = require("fs");
 const http = require("http");
-const os = require("os");
-const path = require("path");
+const { check, startServer, launchBrowser, run } = require("./browser_harness");
 
 const [serverBin, sourceDir] = process.argv.slice(2);
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const KEY = "cors-test-key";
-
-function fail(message) {
-  console.error("FAIL: " + message);
-  process.exitCode = 1;
-  throw new Error(message);
-}
-
-function check(condition, message) {
-  if (!condition) fail(message);
-}
 
 // The page's own server: any path answers a blank HTML page (the test drives it with evaluate()).
 function startPageServer() {
@@ -34,25 +20,6 @@ function startPageServer() {
       res.end("<!doctype html><title>another origin</title><body>page</body>");
     });
     srv.listen(0, "127.0.0.1", () => resolve(srv));
-  });
-}
-
-function startServer(origin) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(serverBin, ["serve", "--model", "models/default", "--grpc-port", "0", "--http-port", "0",
-      "--threads", "1", "--api-key", KEY, "--allowed-origins", origin], { cwd: sourceDir });
-    let output = "";
-    const timer = setTimeout(() => reject(new Error("the server did not start in 30 s:\n" + output)), 30000);
-    proc.stdout.on("data", (d) => {
-      output += d;
-      const m = output.match(/listening: grpc \S+, http [^:\s]+:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, httpPort: Number(m[1]) });
-      }
-    });
-    proc.stderr.on("data", (d) => (output += d));
-    proc.on("exit", (code) => reject(new Error(`the server exited (${code}):\n${output}`)));
   });
 }
 
@@ -82,34 +49,15 @@ async function callFromPage({ api, key, stream }) {
 }
 
 async function main() {
-  if (!fs.existsSync(CHROMIUM))
-    fail(`chromium is not installed at ${CHROMIUM}: install Debian's chromium (scripts/install-deps)`);
-  let chromium;
-  try {
-    ({ chromium } = require("playwright-core"));
-  } catch (e) {
-    fail("playwright-core is missing (run_playground_test.sh installs it with npm ci): " + e.message);
-  }
   const pages = await startPageServer();
   const pagePort = pages.address().port;
   const allowed = `http://127.0.0.1:${pagePort}`;
-  const server = await startServer(allowed);
+  const server = await startServer(serverBin, sourceDir, ["--api-key", KEY, "--allowed-origins", allowed]);
   const api = `http://127.0.0.1:${server.httpPort}`;
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "mixserve-chromium-"));
   let browser;
   try {
-    try {
-      browser = await chromium.launchPersistentContext(profile, {
-        executablePath: CHROMIUM,
-        headless: true,
-        args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-          "--disable-component-update", "--disable-sync", "--no-first-run"],
-        timeout: 30000,
-      });
-    } catch (e) {
-      fail("chromium cannot run: " + e.message);
-    }
-    const page = browser.pages()[0] || (await browser.newPage());
+    browser = await launchBrowser();
+    const page = browser.page;
 
     // The allowed origin: JSON, then a stream.
     await page.goto(allowed + "/page.html");
@@ -144,11 +92,7 @@ async function main() {
     if (browser) await browser.close();
     server.proc.kill("SIGTERM");
     pages.close();
-    fs.rmSync(profile, { recursive: true, force: true });
   }
 }
 
-main().catch((e) => {
-  if (!process.exitCode) console.error("FAIL: " + (e.stack || e.message));
-  process.exitCode = 1;
-});
+run(main);

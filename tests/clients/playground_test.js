@@ -3,71 +3,20 @@
 // the per-mixer cost table, take a screenshot.
 // Usage: node playground_test.js SERVER_BINARY SOURCE_DIR OUTPUT_DIR   (NODE_PATH has playwright-core)
 "use strict";
-const { spawn } = require("child_process");
 const fs = require("fs");
-const os = require("os");
 const path = require("path");
+const { check, startServer, launchBrowser, run } = require("./browser_harness");
 
 const [serverBin, sourceDir, outDir] = process.argv.slice(2);
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
-
-function fail(message) {
-  console.error("FAIL: " + message);
-  process.exitCode = 1;
-  throw new Error(message);
-}
-
-function check(condition, message) {
-  if (!condition) fail(message);
-}
-
-// Starts `mixserve serve` on free ports; resolves with {proc, httpPort} once it prints `listening:`.
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(serverBin, ["serve", "--model", "models/default", "--grpc-port", "0", "--http-port", "0",
-      "--threads", "1", "--static-dir", path.join(sourceDir, "clients/playground")], { cwd: sourceDir });
-    let output = "";
-    const timer = setTimeout(() => reject(new Error("the server did not start in 30 s:\n" + output)), 30000);
-    proc.stdout.on("data", (d) => {
-      output += d;
-      const m = output.match(/listening: grpc \S+, http [^:\s]+:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, httpPort: Number(m[1]) });
-      }
-    });
-    proc.stderr.on("data", (d) => (output += d));
-    proc.on("exit", (code) => reject(new Error(`the server exited (${code}):\n${output}`)));
-  });
-}
 
 async function main() {
-  if (!fs.existsSync(CHROMIUM))
-    fail(`chromium is not installed at ${CHROMIUM}: install Debian's chromium (scripts/install-deps)`);
-  let chromium;
-  try {
-    ({ chromium } = require("playwright-core"));
-  } catch (e) {
-    fail("playwright-core is missing (run_playground_test.sh installs it with npm ci): " + e.message);
-  }
   fs.mkdirSync(outDir, { recursive: true });
-  const server = await startServer();
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "mixserve-chromium-"));
+  const server = await startServer(serverBin, sourceDir,
+    ["--static-dir", path.join(sourceDir, "clients/playground")]);
   let browser;
   try {
-    try {
-      browser = await chromium.launchPersistentContext(profile, {
-        executablePath: CHROMIUM,
-        headless: true,
-        viewport: { width: 1280, height: 900 },
-        args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-          "--disable-component-update", "--disable-sync", "--no-first-run"],
-        timeout: 30000,
-      });
-    } catch (e) {
-      fail("chromium cannot run: " + e.message);
-    }
-    const page = browser.pages()[0] || (await browser.newPage());
+    browser = await launchBrowser();
+    const page = browser.page;
     const consoleErrors = [];
     page.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
     page.on("pageerror", (e) => consoleErrors.push(e.message));
@@ -139,11 +88,7 @@ async function main() {
   } finally {
     if (browser) await browser.close();
     server.proc.kill("SIGTERM");
-    fs.rmSync(profile, { recursive: true, force: true });
   }
 }
 
-main().catch((e) => {
-  if (!process.exitCode) console.error("FAIL: " + (e.stack || e.message));
-  process.exitCode = 1;
-});
+run(main);
