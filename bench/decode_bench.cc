@@ -2,6 +2,10 @@
 // sequences with a short prompt, then times decode steps of all B together.
 //   mixserve-bench --model DIR [--model DIR ...] --batches 1,8,64 --steps 64 --threads 2 --out F.json
 // Prints one JSON object per (model, batch) and writes them all to --out.
+// With --prompt-ids and --greedy (bench/peer_decode.py, beside llama.cpp) every sequence gets the
+// same prompt and each step feeds back its argmax token (timed with the step, as the peer's
+// sampling is), so both sides decode the same tokens; "greedy_tokens" lists sequence 0's.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -31,7 +35,15 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
-nlohmann::json bench_model(const std::string& dir, int batch, int steps, int prompt, int threads) {
+int argmax(const float* row, int64_t n) {
+  int best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (row[i] > row[best]) best = static_cast<int>(i);  // the first of equal maxima, as llama.cpp's greedy sampler
+  return best;
+}
+
+nlohmann::json bench_model(const std::string& dir, int batch, int steps, int prompt, int threads,
+                           const std::vector<int>& prompt_ids, bool greedy) {
   LoadedModel m = load_model_dir(dir);
   CpuBackendOptions o;
   o.threads = threads;
@@ -41,6 +53,7 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
   StateAllocator alloc(backend, pool);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> tok(0, static_cast<int>(m.config.vocab_size) - 1);
+  if (!prompt_ids.empty()) prompt = static_cast<int>(prompt_ids.size());
   const int total = prompt + steps;
   if (total > m.config.max_seq_len) throw std::invalid_argument(dir + ": prompt + steps exceed max_seq_len");
   std::vector<SequenceState> seqs(batch);
@@ -48,21 +61,29 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
   std::vector<std::vector<int32_t>> prompts(batch);
   for (int s = 0; s < batch; ++s) {
     if (!alloc.admit(seqs[s], total)) throw std::runtime_error("pool too small");
-    for (int i = 0; i < prompt; ++i) prompts[s].push_back(tok(rng));
+    for (int i = 0; i < prompt; ++i) prompts[s].push_back(prompt_ids.empty() ? tok(rng) : prompt_ids[i]);
     pre.add_sequence(prompts[s].data(), prompt, 0, seqs[s]);
   }
   std::vector<float> logits;
   backend.forward(pre, logits);
+  const int64_t vocab = m.config.vocab_size;
   std::vector<int32_t> next(batch);
-  for (int& t : next) t = tok(rng);
+  for (int s = 0; s < batch; ++s) next[s] = greedy ? argmax(&logits[s * vocab], vocab) : tok(rng);
+  std::vector<int32_t> greedy_tokens{next[0]};
+  bool same_in_every_sequence = true;  // identical prompts must give identical greedy tokens
   std::vector<double> times;
   for (int step = 0; step < steps; ++step) {
     ForwardBatch b;
     for (int s = 0; s < batch; ++s) b.add_sequence(&next[s], 1, prompt + step, seqs[s]);
     const auto t0 = std::chrono::steady_clock::now();
     backend.forward(b, logits);
+    if (greedy)
+      for (int s = 0; s < batch; ++s) next[s] = argmax(&logits[s * vocab], vocab);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    for (int s = 0; s < batch; ++s) next[s] = tok(rng);  // throughput, not sampling, is measured
+    if (!greedy)
+      for (int s = 0; s < batch; ++s) next[s] = tok(rng);  // throughput, not sampling, is measured
+    for (int s = 1; s < batch; ++s) same_in_every_sequence = same_in_every_sequence && next[s] == next[0];
+    greedy_tokens.push_back(next[0]);
   }
   std::sort(times.begin(), times.end());
   double sum = 0;
@@ -73,11 +94,17 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
     const std::string k = mixer_kind_name(l.kind);
     if (mixers.find(k) == std::string::npos) mixers += (mixers.empty() ? "" : "+") + k;
   }
-  return {{"model", dir},       {"mixer", mixers},         {"batch", batch},
+  nlohmann::json r = {{"model", dir},       {"mixer", mixers},         {"batch", batch},
           {"threads", backend_threads(threads)}, {"steps", steps}, {"prompt", prompt},
           {"ms_per_step_median", median * 1e3}, {"ms_per_step_mean", mean * 1e3},
+          {"ms_per_step_min", times.front() * 1e3}, {"ms_per_step_max", times.back() * 1e3},
           {"tok_s", batch / median}, {"d_model", m.config.d_model}, {"n_layers", m.config.n_layers},
           {"gemm", gemm_kernel_name()}};
+  if (greedy) {
+    r["greedy_tokens"] = greedy_tokens;  // the prefill's argmax, then one per step
+    r["greedy_same_in_every_sequence"] = same_in_every_sequence;
+  }
+  return r;
 }
 
 }  // namespace
@@ -91,6 +118,8 @@ int main(int argc, char** argv) {
   a.flag("steps", "48", "decode steps timed");
   a.flag("prompt", "16", "prompt tokens prefilled first");
   a.flag("threads", "0", "CPU threads (0: all cores)");
+  a.flag("prompt-ids", "", "comma-separated prompt token ids for every sequence (instead of --prompt random ones)");
+  a.toggle("greedy", "feed back each sequence's argmax token instead of random ones; report sequence 0's tokens");
   a.flag("out", "", "write all results to this JSON file");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err)) {
@@ -106,7 +135,9 @@ int main(int argc, char** argv) {
     for (const std::string& dir : a.all("model"))
       for (int batch : parse_list(a.str("batches"))) {
         auto r = bench_model(dir, batch, static_cast<int>(a.integer("steps")), static_cast<int>(a.integer("prompt")),
-                             static_cast<int>(a.integer("threads")));
+                             static_cast<int>(a.integer("threads")),
+                             a.str("prompt-ids").empty() ? std::vector<int>{} : parse_list(a.str("prompt-ids")),
+                             a.on("greedy"));
         std::cout << r.dump() << std::endl;
         all.push_back(r);
       }
