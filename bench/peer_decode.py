@@ -4,7 +4,7 @@ binaries) on the same GPT-2-small-shaped model, prompt, thread counts and greedy
   /usr/bin/python3 bench/peer_decode.py [--rounds 5] [--batches 1,8,32] [--threads 1,2] [--dtypes f16,f32]
 
 One command: builds mixserve-bench and mixserve (--build-dir, default build/peer), installs the
-pinned node-llama-cpp into build/peer-node (npm ci), writes the model (bench/peer/make_gpt2_model.py)
+pinned node-llama-cpp into build/peer-node (npm), writes the model (bench/peer/make_gpt2_model.py)
 and its GGUF (bench/gguf/hf_gpt2_to_gguf.py) under build/peer-models, then alternates the sides
 round after round: mixserve-bench --greedy (decode steps of B sequences, forward + argmax),
 llama.cpp (bench/peer/llama_peer.js: one llama_decode of B tokens a step, sampling included), and
@@ -50,21 +50,24 @@ def build(build_dir):
 
 
 def install_peer(node_dir):
-    """npm ci of bench/peer's lock file into node_dir, when it changed (as tests/clients does)."""
+    """bench/peer's pinned packages into node_dir, when its lock file changed (as tests/clients does)."""
     lock = os.path.join(PEER, "package-lock.json")
     have = os.path.join(node_dir, "package-lock.json")
     ok = os.path.isdir(os.path.join(node_dir, "node_modules", "node-llama-cpp"))
     if ok and os.path.exists(have) and open(have).read() == open(lock).read():
         return os.path.join(node_dir, "node_modules")
-    print(f"[peer] npm ci into {node_dir}", flush=True)
+    print(f"[peer] npm install into {node_dir}", flush=True)
     os.makedirs(node_dir, exist_ok=True)
     for f in ("package.json", "package-lock.json"):
         shutil.copy(os.path.join(PEER, f), node_dir)
     # The prebuilt CPU binaries come in @node-llama-cpp/linux-x64 (a direct dependency here), so
     # the install scripts, the optional GPU packages and the source download are all skipped.
+    # `npm install` on the copied lock, not `npm ci`: npm leaves the other platforms' optional
+    # binaries out of the lock, and `npm ci` then calls lock and package.json out of sync.
     env = dict(os.environ, NODE_LLAMA_CPP_SKIP_DOWNLOAD="true")
-    subprocess.run(["npm", "ci", "--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund", "--loglevel=error"],
+    subprocess.run(["npm", "install", "--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund", "--loglevel=error"],
                    cwd=node_dir, env=env, check=True)
+    shutil.copy(lock, node_dir)  # what the next run compares against
     return os.path.join(node_dir, "node_modules")
 
 
