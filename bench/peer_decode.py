@@ -366,7 +366,10 @@ def main():
                 "of B tokens + the add-on's greedy sampling, through node-llama-cpp (mean kept: per-call worker "
                 "threads); 'mixserve generate': engine, sampler and detokenizer at batch 1 (its own tok/s line)",
         "trap_check": trap,
-        "raw": raw,
+        # Every run, without its tokens (the greedy section has them); llama.cpp's steps one by one.
+        "raw": {d: [dict({k: v for k, v in r.items() if k != "greedy_tokens"},
+                         **({"ms_per_step": [round(x, 3) for x in r["ms_per_step"]]} if "ms_per_step" in r else {}))
+                    for r in raw[d]] for d in dtypes},
     }
     os.makedirs(args.out_dir, exist_ok=True)
     stem = os.path.join(args.out_dir, f"peer-decode-{date}")

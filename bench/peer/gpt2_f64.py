@@ -1,6 +1,6 @@
 """GPT-2's forward pass in float64 (numpy), the judge where mixserve's and llama.cpp's greedy
-tokens differ: both compute in float32 (llama.cpp with float16 K/V and a float16 GELU table), so
-near-ties can break either way; float64 on the same weights says which token is the argmax.
+tokens differ: both compute in float32 (llama.cpp keeps K/V in float16 by default), so near-ties
+can break either way; float64 on the same weights says which token is the argmax.
 
   logits = Gpt2F64(hf_dir).next_logits(token_ids)     # float64 logits after the last token
 """
