@@ -159,13 +159,9 @@ bool RestGateway::origin_allowed(const std::string& origin) const {
   return false;
 }
 
-void RestGateway::options(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool allowed) {
+void RestGateway::preflight(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                            bool allowed) {
   const std::string& p = req.path;
-  const std::string method = req.header("access-control-request-method");
-  if (method.empty()) {  // not a preflight: what the server allows
-    if (metrics_) metrics_->observe_http(route_label(p), 204);
-    return ex->respond(204, "text/plain", "", {{"Allow", "GET, POST, DELETE, OPTIONS"}});
-  }
   if (!allowed)
     return reply(ex, p, 403, "application/json",
                  error_json(403, "origin \"" + req.header("origin") +
@@ -193,8 +189,10 @@ void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> r
     ex->add_header("Access-Control-Expose-Headers", "X-Request-Id");
   }
   if (!opts_.allowed_origins.empty()) ex->add_header("Vary", "Origin");
-  // A preflight carries no credentials: it is answered before the API key is asked for.
-  if (req.method == "OPTIONS") return options(req, ex, cors);
+  // A preflight carries no credentials: it is answered before the API key is asked for. Any
+  // other OPTIONS request is a request like the rest (a key, then 405).
+  if (req.method == "OPTIONS" && !req.header("access-control-request-method").empty())
+    return preflight(req, ex, cors);
   if (!id_ok)
     return reply(
         ex, req.path, 400, "application/json",

@@ -35,8 +35,8 @@ class RestGateway {
   void route(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
              const std::string& request_id);
   bool origin_allowed(const std::string& origin) const;
-  // An OPTIONS request: a CORS preflight (204 with what may be sent, or 403) or a plain one.
-  void options(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool allowed);
+  // A CORS preflight: 204 with what the page may send, or 403 for an origin not allowed.
+  void preflight(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool allowed);
   // POST /v1/completions, or /v1/chat/completions when chat.
   void completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat,
                    const std::string& request_id);

@@ -200,6 +200,8 @@ TEST(Observability, CorsHeadersAndPreflights) {
   EXPECT_EQ(preflight.headers["access-control-allow-origin"], "http://app.example");
   EXPECT_NE(preflight.headers["access-control-allow-methods"].find("POST"), std::string::npos);
   EXPECT_EQ(preflight.headers["access-control-allow-headers"], "authorization,content-type");
+  EXPECT_EQ(curl(url, {"-X", "OPTIONS", "-H", "Origin: http://app.example"}).status, 401)
+      << "an OPTIONS request that is no preflight needs the key like any other";
   auto foreign = curl(url, {"-X", "OPTIONS", "-H", "Origin: http://evil.example", "-H",
                             "Access-Control-Request-Method: POST"});
   EXPECT_EQ(foreign.status, 403);
