@@ -62,6 +62,7 @@ class Writer {
   }
   template <class T>
   void put_array(const std::vector<T>& v) {
+    if (v.empty()) return;  // data() may be null, which no copy may be given (UBSan)
     out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string& bytes() { return out_; }
@@ -85,6 +86,7 @@ class Reader {
   bool get_array(uint64_t n, std::vector<T>& out) {
     if (n > (end_ - at_) / sizeof(T)) return fail_();
     out.resize(n);
+    if (n == 0) return true;  // an empty vector's data() may be null: memcpy must not get it
     std::memcpy(out.data(), b_.data() + at_, n * sizeof(T));
     at_ += n * sizeof(T);
     return true;

@@ -362,6 +362,7 @@ struct Completion {
   std::string path;    // the route, for the metrics and the log
   std::string request_id, id, model, prompt_text;
   LoggedExchange* log = nullptr;  // ex, which logs error responses unless told otherwise
+  std::atomic<int>* open = nullptr;  // RestGateway's count of completions not yet ended
   int64_t created = 0;
   Metrics* metrics = nullptr;
 };
@@ -439,6 +440,13 @@ Usage total_usage(const Completion& c) {
   return u;
 }
 
+// The response is complete (or the client is gone): nothing more is written for it.
+void mark_ended(Completion& c) {
+  if (c.ended) return;
+  c.ended = true;
+  c.open->fetch_sub(1);
+}
+
 // The request's log line, once it has ended (status 499: the client went away).
 void log_completion(Completion& c, int status, const std::string& error = "") {
   c.log->logged();
@@ -510,7 +518,7 @@ void send_chunk(Completion& c, size_t index, const std::string& text,
 // Ends the response with an error: a status (non-streaming) or an error event (streaming); the
 // other choices are cancelled.
 void fail(Completion& c, int status, const std::string& message) {
-  c.ended = true;
+  mark_ended(c);
   log_completion(c, status, message);
   for (Choice& ch : c.choices)
     if (ch.submitted && !ch.ended) c.served->engine->cancel(ch.sub.id);
@@ -525,7 +533,7 @@ void fail(Completion& c, int status, const std::string& message) {
 
 // Every choice has ended: the whole response, or the stream's usage and end.
 void complete(Completion& c) {
-  c.ended = true;
+  mark_ended(c);
   log_completion(c, 200);
   const Usage usage = total_usage(c);
   if (!c.stream) {
@@ -590,7 +598,7 @@ void drain(const std::shared_ptr<Completion>& c) {
       // Cancelled without a message: the client is gone, nothing to send. With one, the server
       // cancelled it (shutdown past the grace period): 503, so that no stream just stops.
       if (out.finish == FinishReason::kCancelled && out.error.empty()) {
-        c->ended = true;
+        mark_ended(*c);
         log_completion(*c, 499, "the client went away");
         return;
       }
@@ -641,6 +649,8 @@ void RestGateway::completions(const HttpRequest& req, std::shared_ptr<HttpExchan
   };
   if (auto e = hub_.submit(parsed.api, c->choices[0].sub, c->notify)) return fail(*e);
   c->choices[0].submitted = true;
+  c->open = &open_completions_;
+  open_completions_.fetch_add(1);
   c->api = std::move(parsed.api);
   c->served = c->choices[0].sub.served;
   c->model = c->served->model.id;

@@ -4,6 +4,7 @@
 // Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ class RestGateway {
   void handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   static std::string error_json(int status, const std::string& message,
                                 const std::string& param = "");
+  // Completions whose responses have not ended yet: the drain waits for them to be written.
+  int open_completions() const { return open_completions_.load(); }
 
  private:
   void route(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
@@ -59,6 +62,7 @@ class RestGateway {
   const ApiKeys& keys_;
   Metrics* metrics_;
   RestOptions opts_;
+  std::atomic<int> open_completions_{0};
 };
 
 // HTTP status and OpenAI error type of an ApiCode.

@@ -399,6 +399,11 @@ int serve_command(int argc, char** argv) {
     grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     for (const auto& m : hub.models()) m->engine->stop();  // anything left ends as cancelled
     if (sessions.enabled()) sessions.save(hub);  // every turn that finished has kept its state
+    // Every REST response the engines' last events end (a 503 for each cancelled request) is
+    // handed to its connection before the connections close, then given time to be written.
+    const auto handed_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (rest.open_completions() > 0 && std::chrono::steady_clock::now() < handed_by)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last bytes of the streams
     http.stop();
     std::cout << "stopped"
