@@ -32,12 +32,16 @@ void expect_equal(const SessionRecord& a, const SessionRecord& b) {
   EXPECT_EQ(a.id, b.id);
   EXPECT_EQ(a.tokens, b.tokens);
   ASSERT_EQ(a.logits.size(), b.logits.size());
-  EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)));
+  // Bit-for-bit (-0.0f stays -0.0f); an empty vector's data() may be null, which memcmp must not
+  // get.
+  const auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same_bits(a.logits, b.logits));
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t l = 0; l < a.layers.size(); ++l) {
     ASSERT_EQ(a.layers[l].size(), b.layers[l].size());
-    EXPECT_EQ(0, std::memcmp(a.layers[l].data(), b.layers[l].data(),
-                             a.layers[l].size() * sizeof(float)));  // -0.0f stays -0.0f
+    EXPECT_TRUE(same_bits(a.layers[l], b.layers[l])) << "layer " << l;
   }
   EXPECT_EQ(a.last_used_unix_ms, b.last_used_unix_ms);
   EXPECT_EQ(a.saved_unix_ms, b.saved_unix_ms);
