@@ -1,5 +1,6 @@
 #include "server/api.h"
 
+#include <algorithm>
 #include <random>
 
 #include "engine/tokenizer.h"
@@ -29,14 +30,12 @@ std::optional<ModelHub::Stall> ModelHub::stalled(double limit_s) const {
   return std::nullopt;
 }
 
-bool valid_request_id(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (unsigned char c : id)
-    if (c < 0x21 || c > 0x7e) return false;
-  return true;
-}
-
-std::string new_request_id() {
+std::string request_id_for(const std::optional<std::string>& given, bool& valid) {
+  valid = !given || (!given->empty() && given->size() <= 128 &&
+                     std::all_of(given->begin(), given->end(), [](unsigned char c) {
+                       return c >= 0x21 && c <= 0x7e;
+                     }));
+  if (given && valid) return *given;
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];
   std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),

@@ -114,11 +114,11 @@ class ModelHub {
   std::vector<std::unique_ptr<ServedModel>> models_;
 };
 
-// A request id a client chose (X-Request-Id, gRPC metadata x-request-id): 1 to 128 visible
-// ASCII characters, so that it can go into headers and log lines as it is.
-bool valid_request_id(const std::string& id);
-// A fresh request id: 32 random hex digits (a UUID's 128 bits, as vLLM makes them).
-std::string new_request_id();
+// The id a request goes by: the one its client gave (X-Request-Id, gRPC metadata x-request-id)
+// when that is 1 to 128 visible ASCII characters, so that it can go into headers and log lines as
+// it is; else a fresh one, 32 random hex digits (a UUID's 128 bits, as vLLM makes them). `valid`
+// is false when the client gave an id that is not (the caller refuses the request).
+std::string request_id_for(const std::optional<std::string>& given, bool& valid);
 
 // UTF-8 validity (prompts and stop strings must be valid text).
 bool valid_utf8(const std::string& s);

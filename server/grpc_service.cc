@@ -75,9 +75,10 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     // metadata (before any message or the status) and in every GenerateResponse.
     const auto& md = ctx->client_metadata();
     const auto given = md.find("x-request-id");
-    s->request_id_ = given == md.end() ? new_request_id() : std::string(given->second.data(), given->second.size());
-    const bool id_ok = given == md.end() || valid_request_id(s->request_id_);
-    if (!id_ok) s->request_id_ = new_request_id();
+    bool id_ok = true;
+    s->request_id_ = request_id_for(given == md.end() ? std::nullopt
+                                                      : std::optional<std::string>(std::string(given->second.data(), given->second.size())),
+                                    id_ok);
     ctx->AddInitialMetadata("x-request-id", s->request_id_);
     if (!id_ok) return s->end({grpc::StatusCode::INVALID_ARGUMENT, "x-request-id must be 1 to 128 visible ASCII characters"});
     if (!auth.ok()) return s->end(auth);

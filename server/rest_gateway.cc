@@ -178,8 +178,9 @@ void RestGateway::preflight(const HttpRequest& req, std::shared_ptr<HttpExchange
 
 void RestGateway::handle(const HttpRequest& req, std::shared_ptr<HttpExchange> raw) {
   const std::string given = req.header("x-request-id");
-  const bool id_ok = given.empty() || valid_request_id(given);
-  const std::string request_id = given.empty() || !id_ok ? new_request_id() : given;
+  bool id_ok = true;
+  const std::string request_id =
+      request_id_for(given.empty() ? std::nullopt : std::optional<std::string>(given), id_ok);
   auto ex = std::make_shared<LoggedExchange>(std::move(raw), request_id, route_label(req.path));
   ex->add_header("X-Request-Id", request_id);
   const std::string origin = req.header("origin");

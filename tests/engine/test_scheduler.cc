@@ -10,8 +10,8 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <random>
+#include <thread>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
@@ -196,18 +196,26 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
       static_cast<unsigned long long>(hits));
 }
 
+// A model too small to cost anything (the null backend runs it): vocabulary 16, width 16; the
+// caller sets its layers.
+LoadedModel tiny_model(const char* id, int32_t n_layers, int32_t max_seq_len) {
+  LoadedModel model;
+  model.id = id;
+  ModelConfig& c = model.config;
+  c.vocab_size = 16;
+  c.d_model = 16;
+  c.n_layers = n_layers;
+  c.ffn_dim = 32;
+  c.max_seq_len = max_seq_len;
+  return model;
+}
+
 // Requests allowed more tokens than the engine sizes their lists for up front
 // (StateAllocator::kMaxReservedTokens) grow their token and page lists past that size while they
 // decode, and run to their last token with every page accounted for.
 TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
-  LoadedModel model;
-  model.id = "long";
+  LoadedModel model = tiny_model("long", 2, 1 << 15);
   ModelConfig& c = model.config;
-  c.vocab_size = 16;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.ffn_dim = 32;
-  c.max_seq_len = 1 << 15;
   LayerConfig attention;  // K/V: two pages a token
   LayerConfig she;
   she.kind = MixerKind::kShe;
@@ -247,14 +255,8 @@ TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
 // The liveness check's input: busy_seconds() grows while the engine thread is stuck inside a step
 // it has work for, and is 0 again between steps and while the engine waits for work.
 TEST(Scheduler, BusySecondsMeasuresAStuckStep) {
-  LoadedModel model;
-  model.id = "stall";
+  LoadedModel model = tiny_model("stall", 1, 64);
   ModelConfig& c = model.config;
-  c.vocab_size = 16;
-  c.d_model = 16;
-  c.n_layers = 1;
-  c.ffn_dim = 32;
-  c.max_seq_len = 64;
   c.layers = {LayerConfig{}};
   std::mutex mu;
   std::condition_variable cv;
@@ -274,9 +276,9 @@ TEST(Scheduler, BusySecondsMeasuresAStuckStep) {
   GenerateParams p;
   p.prompt = {1, 2, 3};
   p.max_tokens = 2;
-  ASSERT_EQ(e.submit(p, [&](TokenOutput&& t) { done = done || t.finish != FinishReason::kNone; })
-                .status,
-            SubmitStatus::kOk);
+  ASSERT_EQ(
+      e.submit(p, [&](TokenOutput&& t) { done = done || t.finish != FinishReason::kNone; }).status,
+      SubmitStatus::kOk);
   {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return stuck; });
