@@ -1,7 +1,12 @@
-"""CPU decode benchmark: mixserve's CPU backend beside the PyTorch reference's recurrent loop, on
-the same models, with the same thread count, in the same run.
+"""CPU decode benchmark: mixserve's CPU backend beside the PyTorch reference's decode loop, on the
+same models and positions, in the same run.
 
-  /usr/bin/python3 bench/cpu_decode.py [--threads 2] [--batches 1,8,64] [--mixers all]
+  /usr/bin/python3 bench/cpu_decode.py [--threads 2] [--ref-threads 1,2] [--batches 1,8,64] [--mixers all]
+
+The reference side is reference/bench_decode.py: the reference models' step written for speed
+(reference/fast_step.py: torch.inference_mode, fused projections, state updated in place; checked
+against Model.step at start-up), timed over repeated passes of the same positions as mixserve-bench
+(≥ 64 steps and ≥ 1 s a figure), at each of --ref-threads; its best thread count's median counts.
 
 Models: the shipped default and, per mixer, the Extractor paper's configuration (u=5000, l=128,
 d=128, c=512, m=18; random weights — speed does not depend on their values — stored in float16
@@ -75,7 +80,7 @@ def plot(rows, path, threads):
     axes[0].axhline(2, color="orange", lw=0.8, ls="--")
     axes[0].set_yscale("log")
     axes[0].set_ylabel("speedup over the PyTorch reference loop (×)")
-    axes[0].set_title(f"mixserve CPU vs PyTorch reference, {threads} threads (targets 10× at B=1, 2× at B=64)")
+    axes[0].set_title(f"mixserve CPU ({threads} threads) vs PyTorch reference (its best thread count)")
     axes[1].set_yscale("log")
     axes[1].set_ylabel("mixserve decode tokens/s")
     axes[1].set_title("mixserve CPU decode throughput")
@@ -89,7 +94,8 @@ def main():
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--mixers", default="all")
     ap.add_argument("--steps", type=int, default=24, help="decode steps timed by mixserve")
-    ap.add_argument("--ref-steps", type=int, default=8, help="decode steps timed by the reference")
+    ap.add_argument("--ref-threads", default="1,2",
+                    help="thread counts the reference tries; its best median step is compared")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating runs of both sides per model; each side's figure is its median round")
     ap.add_argument("--models-dir", default="/tmp/mixserve-bench-models")
@@ -102,6 +108,7 @@ def main():
     for i, k in enumerate(mixers):
         print(f"[models {i + 1}/{len(mixers)}] paper config, {k}", flush=True)
         models.append((f"{k} (paper, 18 layers)", paper_model(k, args.models_dir)))
+    load_before = os.getloadavg()
     rows = []
     for i, (name, path) in enumerate(models):
         print(f"[bench {i + 1}/{len(models)}] {name}", flush=True)
@@ -112,8 +119,8 @@ def main():
             ours_rounds.append(run_json_lines([args.bin, "--model", path, "--batches", args.batches, "--steps",
                                                str(args.steps), "--threads", str(args.threads)]))
             ref_rounds.append(run_json_lines(["/usr/bin/python3", os.path.join(ROOT, "reference", "bench_decode.py"),
-                                              "--model", path, "--batches", args.batches, "--steps", str(args.ref_steps),
-                                              "--threads", str(args.threads)]))
+                                              "--model", path, "--batches", args.batches, "--steps", str(args.steps),
+                                              "--threads", args.ref_threads]))
         ours = ours_rounds[0]
         for b, o in enumerate(ours):
             ours_ms = [rnd[b]["ms_per_step_median"] for rnd in ours_rounds]
@@ -122,15 +129,28 @@ def main():
             row = {"name": name, "model": path, "batch": o["batch"], "mixserve_ms": ms,
                    "mixserve_tok_s": o["batch"] / (ms / 1e3), "reference_ms": ref,
                    "reference_tok_s": o["batch"] / (ref / 1e3), "speedup": ref / ms,
-                   "mixserve_ms_rounds": ours_ms, "reference_ms_rounds": ref_ms}
+                   "mixserve_ms_rounds": ours_ms, "reference_ms_rounds": ref_ms,
+                   "reference_threads_rounds": [rnd[b]["threads"] for rnd in ref_rounds],
+                   "reference_ms_by_threads": {t: statistics.median(rnd[b]["by_threads"][t]["ms_per_step_median"]
+                                                                    for rnd in ref_rounds)
+                                               for t in ref_rounds[0][b]["by_threads"]}}
             rows.append(row)
+            by_t = "  ".join(f"{t} thr {ms:.3f}" for t, ms in row["reference_ms_by_threads"].items())
             print(f"   batch {row['batch']:3d}: mixserve {row['mixserve_ms']:8.3f} ms  reference {row['reference_ms']:8.3f} ms"
-                  f"  speedup {row['speedup']:6.1f}x", flush=True)
+                  f" ({by_t})  speedup {row['speedup']:6.1f}x", flush=True)
     date = datetime.date.today().isoformat()
     host = socket.gethostname()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     result = {"benchmark": "cpu-decode", "date": date, "host": host, "cpu": cpu, "cores": os.cpu_count(),
-              "threads": args.threads, "gemm": ours[0].get("gemm") if ours else "", "rows": rows,
+              "commit": commit, "load_before": list(load_before), "load_after": list(os.getloadavg()),
+              "host_contended": load_before[0] > 0.5,
+              "threads": args.threads, "reference_threads": args.ref_threads,
+              "reference_loop": "reference/bench_decode.py (fast_step: inference_mode, fused projections, "
+                                "in-place state; per figure >= 64 steps and >= 1 s, perf_counter_ns)",
+              "torch": ref_rounds[0][0]["torch"] if ref_rounds and ref_rounds[0] else "",
+              "gemm": ours[0].get("gemm") if ours else "", "rows": rows,
               "rounds": args.rounds,
               "note": "ratios measured side by side in one run, both sides alternating for `rounds` rounds (each "
                       "figure its side's median round); absolute times on a shared 2-core VM are noisy"}

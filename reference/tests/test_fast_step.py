@@ -1,0 +1,60 @@
+"""reference/fast_step.py (the PyTorch baseline that bench_decode.py times) == Model.step, for every
+mixer with every term randomised (pos_bias, biases, RoPE on and off), past every ring's window."""
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from fast_step import FastModel, check_against_reference  # noqa: E402
+from mixserve_ref.config import MIXERS  # noqa: E402
+from mixserve_ref.model import Model  # noqa: E402
+from mixserve_ref.testing import random_config, randomize  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+def make(kinds, seed, **kw):
+    gen = torch.Generator().manual_seed(seed)
+    cfg = random_config(kinds, gen, **kw)
+    torch.manual_seed(seed)
+    return randomize(Model(cfg), gen).eval()
+
+
+class FastStepEqualsStep(unittest.TestCase):
+    def check(self, kinds, seed, batch=3, **kw):
+        with torch.inference_mode():
+            model = make(kinds, seed, **kw)
+            # T = 30 runs past every window (FIR W ≤ 8, aft_local s ≤ 6); the tolerance is 1e-5
+            # of the largest logit
+            worst = check_against_reference(model, FastModel(model), batch=batch, positions=30, seed=seed)
+        self.assertLessEqual(worst, 1e-5, kinds)
+
+    def test_every_mixer(self):
+        for kind in MIXERS:
+            for seed in range(3):
+                with self.subTest(kind=kind, seed=seed):
+                    self.check([kind], seed)
+
+    def test_every_mixer_other_options(self):
+        for kind in MIXERS:
+            with self.subTest(kind=kind):
+                self.check([kind], 100, d=32, position="sinusoidal", activation="gelu_tanh", bias=False,
+                           tie_embeddings=False)
+
+    def test_hybrid_batch_one(self):
+        self.check(["attention", "aft_local", "she", "rwkv", "performer"], 7, batch=1, position="none",
+                   embed_norm=True)
+
+    def test_a_wrong_step_is_caught(self):
+        with torch.inference_mode():
+            model = make(["aft_local"], 1)
+            fast = FastModel(model)
+            fast.mixers[0].slots = [s.flip(0) for s in fast.mixers[0].slots]  # lags in the wrong order
+            with self.assertRaises(AssertionError):
+                check_against_reference(model, fast, positions=30)
+
+
+if __name__ == "__main__":
+    unittest.main()
