@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -43,10 +44,11 @@ int argmax(const float* row, int64_t n) {
 }
 
 nlohmann::json bench_model(const std::string& dir, int batch, int steps, int prompt, int threads,
-                           const std::vector<int>& prompt_ids, bool greedy) {
+                           const std::vector<int>& prompt_ids, bool greedy, WeightFormat weights) {
   LoadedModel m = load_model_dir(dir);
   CpuBackendOptions o;
   o.threads = threads;
+  o.weights = weights;
   o.pool_bytes = int64_t{1} << 30;
   CpuBackend backend(m.config, *m.weights, o);
   PagePool pool(backend.total_pages());
@@ -95,7 +97,7 @@ nlohmann::json bench_model(const std::string& dir, int batch, int steps, int pro
     if (mixers.find(k) == std::string::npos) mixers += (mixers.empty() ? "" : "+") + k;
   }
   nlohmann::json r = {{"model", dir},       {"mixer", mixers},         {"batch", batch},
-          {"threads", backend_threads(threads)}, {"steps", steps}, {"prompt", prompt},
+          {"threads", backend_threads(threads)}, {"weights", weight_format_name(weights)}, {"steps", steps}, {"prompt", prompt},
           {"ms_per_step_median", median * 1e3}, {"ms_per_step_mean", mean * 1e3},
           {"ms_per_step_min", times.front() * 1e3}, {"ms_per_step_max", times.back() * 1e3},
           {"tok_s", batch / median}, {"d_model", m.config.d_model}, {"n_layers", m.config.n_layers},
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
   a.flag("steps", "48", "decode steps timed");
   a.flag("prompt", "16", "prompt tokens prefilled first");
   a.flag("threads", "0", "CPU threads (0: all cores)");
+  a.flag("weights", "auto", "projections stored as auto, f32, f16, int8 or int4 (engine/weight_format.h)");
   a.flag("prompt-ids", "", "comma-separated prompt token ids for every sequence (instead of --prompt random ones)");
   a.toggle("greedy", "feed back each sequence's argmax token instead of random ones; report sequence 0's tokens");
   a.flag("out", "", "write all results to this JSON file");
@@ -130,6 +133,11 @@ int main(int argc, char** argv) {
     std::cout << a.help();
     return a.help_requested() ? 0 : 2;
   }
+  const std::optional<WeightFormat> weights = parse_weight_format(a.str("weights"));
+  if (!weights) {
+    std::cerr << "error: --weights must be auto, f32, f16, int8 or int4\n";
+    return 2;
+  }
   nlohmann::json all = nlohmann::json::array();
   try {
     for (const std::string& dir : a.all("model"))
@@ -137,7 +145,7 @@ int main(int argc, char** argv) {
         auto r = bench_model(dir, batch, static_cast<int>(a.integer("steps")), static_cast<int>(a.integer("prompt")),
                              static_cast<int>(a.integer("threads")),
                              a.str("prompt-ids").empty() ? std::vector<int>{} : parse_list(a.str("prompt-ids")),
-                             a.on("greedy"));
+                             a.on("greedy"), *weights);
         std::cout << r.dump() << std::endl;
         all.push_back(r);
       }

@@ -55,7 +55,7 @@ class CpuMlp : public CpuLayerPart {
       std::vector<float> columns(d_ * width);  // W₂'s columns of this part, as [d, width]
       for (int64_t o = 0; o < d_; ++o)
         std::copy(w2 + o * c_ + lo, w2 + o * c_ + lo + width, columns.begin() + o * width);
-      fc2_[g] = PackedWeight(columns.data(), nullptr, d_, width);
+      fc2_[g] = PackedWeight(columns.data(), nullptr, d_, width, w.linear_format());
     }
   }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/state_view.h"
+#include "engine/weight_format.h"
 
 namespace mixserve {
 
@@ -55,6 +56,8 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual const float* get(const std::string& name) const = 0;
   virtual bool has(const std::string& name) const = 0;
+  // The format projections are packed in (--weights; engine/weight_format.h).
+  virtual WeightFormat linear_format() const { return WeightFormat::kAuto; }
 };
 
 }  // namespace mixserve

@@ -1,6 +1,7 @@
 #include "server/backend_select.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "engine/cpu/cpu_backend.h"
 #ifdef MIXSERVE_WITH_CUDA
@@ -52,7 +53,15 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const BackendCho
                                                        static_cast<int64_t>(total_b),
                                                        free_after_weights, choice.models_left);
     }
-    opts.weights = CudaWeightType::kAuto;
+    switch (choice.weights) {
+      case WeightFormat::kAuto: opts.weights = CudaWeightType::kAuto; break;
+      case WeightFormat::kF32: opts.weights = CudaWeightType::kF32; break;
+      case WeightFormat::kF16: opts.weights = CudaWeightType::kF16; break;
+      default:
+        throw std::invalid_argument(std::string("--weights ") + weight_format_name(choice.weights) +
+                                    ": the CUDA backend has auto, f32 and f16 weights so far "
+                                    "(int8 and int4 run on the CPU backend: --backend cpu)");
+    }
     return std::make_unique<CudaBackend>(model.config, *model.weights, opts);
   }
 #else
@@ -61,6 +70,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const BackendCho
   CpuBackendOptions opts;
   if (choice.pool_bytes > 0) opts.pool_bytes = choice.pool_bytes;
   opts.threads = choice.threads;
+  opts.weights = choice.weights;
   return std::make_unique<CpuBackend>(model.config, *model.weights, opts);
 }
 

@@ -9,6 +9,7 @@
 
 #include "engine/backend.h"
 #include "engine/model_dir.h"
+#include "engine/weight_format.h"
 
 namespace mixserve {
 
@@ -17,6 +18,7 @@ struct BackendChoice {
   int64_t pool_bytes = 0;          // 0: the backend's default
   double gpu_memory_fraction = 0;  // CUDA with pool_bytes 0: this fraction of free device memory
   int threads = 0;                 // CPU threads (0: all cores)
+  WeightFormat weights = WeightFormat::kAuto;  // --weights (engine/weight_format.h)
   // vLLM's --gpu-memory-utilization (CUDA, pool_bytes 0; 0: unset): the whole server keeps within
   // this fraction of the device's TOTAL memory. models_left: models still to load, this one
   // included; they share what is left evenly.

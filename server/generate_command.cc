@@ -14,7 +14,7 @@ int generate_command(int argc, char** argv) {
   CLI::App app("Streams a completion of --prompt from a local model to stdout.",
                "mixserve generate");
   cli::setup(app, "MIXSERVE_");
-  std::string model_dir = "models/default", prompt, backend = "auto";
+  std::string model_dir = "models/default", prompt, backend = "auto", weights = "auto";
   int threads = 0;
   app.add_option("--model", model_dir,
                  "model directory (config.json, model.safetensors, tokenizer.model)")
@@ -26,6 +26,10 @@ int generate_command(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)")
       ->check(cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--weights", weights,
+                 "projections stored as: auto (as shipped: float16 when exact, else float32), f32, f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU backend (docs/cpu.md)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
       ->capture_default_str();
   SamplingFlags sampling;
   add_sampling_flags(app, sampling);
@@ -43,6 +47,7 @@ int generate_command(int argc, char** argv) {
     BackendChoice choice;
     choice.backend = backend;
     choice.threads = threads;
+    choice.weights = *parse_weight_format(weights);
     Engine engine(model, make_backend(model, choice));
     std::promise<TokenOutput> last;
     SubmitResult r = engine.submit(p, [&](TokenOutput&& out) {

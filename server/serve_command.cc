@@ -37,7 +37,7 @@ namespace {
 // Every flag of `mixserve serve`, typed, with its default.
 struct ServeFlags {
   std::vector<std::string> models, served_names, chat_templates, api_keys;
-  std::string host = "127.0.0.1", backend = "auto", api_key_file, tls_cert, tls_key,
+  std::string host = "127.0.0.1", backend = "auto", weights = "auto", api_key_file, tls_cert, tls_key,
               static_dir = "clients/playground";
   int grpc_port = 50051, http_port = 8000, threads = 0, max_batch = 256, max_queue = 1024,
       step_token_budget = 512, prefill_chunk = 256, cache_entries = 4096, http_threads = 4;
@@ -78,6 +78,10 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   app.add_option("--threads", f.threads, "CPU backend threads (0: all cores)")
       ->check(cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--weights", f.weights,
+                 "projections stored as: auto (as shipped: float16 when exact, else float32), f32, f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU backend (docs/cpu.md)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
       ->capture_default_str();
   app.add_option("--pool-bytes", f.pool_bytes,
                  "state-pool size per model in bytes (0: 256 MiB on the CPU; on a GPU see "
@@ -300,6 +304,7 @@ int serve_command(int argc, char** argv) {
       choice.gpu_memory_utilization = a.gpu_memory_utilization;
       choice.models_left = static_cast<int>(dirs.size() - i);
       choice.threads = a.threads;
+      choice.weights = *parse_weight_format(a.weights);
       auto backend = make_backend(served->model, choice);
       served->backend = backend->name();
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);

@@ -23,12 +23,28 @@ std::vector<float> sinusoidal_positions(int64_t T, int64_t d) {
     }
   return pe;
 }
+// The model's weights, with the projections packed in the format the options ask for.
+class FormattedWeights : public WeightSource {
+ public:
+  FormattedWeights(const WeightSource& inner, WeightFormat format)
+      : inner_(inner),
+        format_(format == WeightFormat::kAuto ? inner.linear_format() : format) {}
+  const float* get(const std::string& name) const override { return inner_.get(name); }
+  bool has(const std::string& name) const override { return inner_.has(name); }
+  WeightFormat linear_format() const override { return format_; }
+
+ private:
+  const WeightSource& inner_;
+  WeightFormat format_;
+};
 }  // namespace
 
-CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& w, const CpuBackendOptions& opts)
+CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& source,
+                       const CpuBackendOptions& opts)
     : cfg_(cfg),
       threads_(opts.threads > 0 ? opts.threads
                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+  const FormattedWeights w(source, opts.weights);
   const int64_t d = cfg.d_model;
   page_floats_ = opts.page_floats > 0 ? opts.page_floats : static_cast<int32_t>(d);
   if (page_floats_ % d != 0)
@@ -58,7 +74,8 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& w, const CpuB
   norm_f_w_ = w.get("norm_f.weight");
   norm_f_b_ = w.get("norm_f.bias");
   head_ = PackedWeight(cfg.tie_embeddings ? embed_ : w.get("head.weight"),
-                       cfg.head_bias ? w.get("head.bias") : nullptr, cfg.vocab_size, d);
+                       cfg.head_bias ? w.get("head.bias") : nullptr, cfg.vocab_size, d,
+                       w.linear_format());
 }
 
 void CpuBackend::embed(const ForwardBatch& b, float* x) const {

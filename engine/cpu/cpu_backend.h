@@ -17,6 +17,7 @@ struct CpuBackendOptions {
   int64_t pool_bytes = 256ll << 20;  // memory for every sequence's state
   int32_t page_floats = 0;           // 0: d_model (the smallest page every row fits in)
   int threads = 0;                   // 0: hardware concurrency
+  WeightFormat weights = WeightFormat::kAuto;  // how projections are packed (--weights)
 };
 
 class CpuBackend : public Backend {

@@ -24,38 +24,75 @@ constexpr int64_t kRowsAvx2 = 6;    // AVX2 runs a tile as two halves of 6 (12 y
 constexpr int64_t kGemvPanels = 4;  // one row × 4 panels: 8 accumulators for batch-1 decode
 bool g_force_scalar = false, g_force_avx2 = false;
 
-inline float weight(const float* p, int64_t i) { return p[i]; }
-inline float weight(const uint16_t* p, int64_t i) { return half_to_float(p[i]); }
+// The panel kinds the kernels read: plain values (float, float16, int8), or int4 nibbles with
+// their group scales. weight(p, k, j) is column j's weight k as the fma chain uses it.
+struct Int4Panel {
+  const uint8_t* q;    // [ceil(K / 2)][P]: weight k in the low nibble when k is even, as q + 8
+  const float* scale;  // [ceil(K / kInt4Group)][P]
+};
+constexpr int64_t G4 = PackedWeight::kInt4Group;
+
+inline float weight(const float* p, int64_t k, int64_t j) {
+  return p[k * P + j];
+}
+inline float weight(const uint16_t* p, int64_t k, int64_t j) {
+  return half_to_float(p[k * P + j]);
+}
+inline float weight(const int8_t* p, int64_t k, int64_t j) {
+  return static_cast<float>(p[k * P + j]);
+}
+// scale·(nibble − 8), rounded once; the vector paths compute fma(nibble, scale, −8·scale), whose
+// exact value is the same ((−8)·scale is exact), so it rounds to the same float.
+inline float weight(const Int4Panel& p, int64_t k, int64_t j) {
+  const int nibble = (p.q[(k >> 1) * P + j] >> ((k & 1) * 4)) & 15;
+  return static_cast<float>(nibble - 8) * p.scale[(k / G4) * P + j];
+}
 
 // rows ≤ kRowTile rows of x times one panel: out[r][0..P) = Σ_k x[r][k]·panel[k][0..P).
 template <typename W>
-void panel_scalar(const float* x, int64_t ldx, int64_t rows, const W* panel, int64_t K,
+void panel_scalar(const float* x, int64_t ldx, int64_t rows, const W& panel, int64_t K,
                   float* out /* [rows][ldo] */, int64_t ldo) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < P; ++j) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * ldx + k], weight(panel, k * P + j), acc);
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[r * ldx + k], weight(panel, k, j), acc);
       out[r * ldo + j] = acc;
     }
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+// Columns 8h … 8h + 7 of weight k of a panel.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p, int64_t k, int h) {
+  return _mm256_loadu_ps(p + k * P + 8 * h);
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p, int64_t k, int h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * P + 8 * h)));
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const int8_t* p, int64_t k, int h) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + k * P + 8 * h))));
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Int4Panel& p, int64_t k, int h) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.q + (k >> 1) * P + 8 * h)));
+  const __m256i nibbles =
+      _mm256_and_si256(_mm256_srl_epi32(bytes, _mm_cvtsi32_si128(static_cast<int>(k & 1) * 4)),
+                       _mm256_set1_epi32(15));
+  const __m256 scale = _mm256_loadu_ps(p.scale + (k / G4) * P + 8 * h);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(nibbles), scale,
+                         _mm256_mul_ps(scale, _mm256_set1_ps(-8.0f)));
 }
 
 // Accumulators are named variables, not an array: with an array GCC spills every accumulator to
 // the stack on each iteration, halving the throughput.
 template <int R, typename W>
-__attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t ldx,
-                                                         const W* panel, int64_t K, float* out,
-                                                         int64_t ldo) {
+__attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t ldx, const W panel,
+                                                         int64_t K, float* out, int64_t ldo) {
   static_assert(R >= 1 && R <= 6);
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
          a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
   for (int64_t k = 0; k < K; ++k) {
-    const __m256 w0 = load8(panel + k * P), w1 = load8(panel + k * P + 8);
+    const __m256 w0 = load8(panel, k, 0), w1 = load8(panel, k, 1);
 #define MIXSERVE_ROW(i)                                     \
   if constexpr (R > i) {                                    \
     const __m256 xv = _mm256_broadcast_ss(x + i * ldx + k); \
@@ -70,7 +107,8 @@ __attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t
     _mm256_storeu_ps(out + i * ldo, a##i##0);     \
     _mm256_storeu_ps(out + i * ldo + 8, a##i##1); \
   }
-  MIXSERVE_STORE(0) MIXSERVE_STORE(1) MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5)
+  MIXSERVE_STORE(0)
+  MIXSERVE_STORE(1) MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5)
 #undef MIXSERVE_STORE
 }
 
@@ -79,25 +117,40 @@ __attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t
 // of them — the one-panel form spent as many loads as FMAs and ran at ~57% of the FMA peak.
 // The fma sequence per output is panel_avx2's and panel_scalar's, so results do not depend on
 // the CPU's vector width.
-__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const float* p) {
-  return _mm512_loadu_ps(p);
+__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const float* p, int64_t k) {
+  return _mm512_loadu_ps(p + k * P);
 }
-__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const uint16_t* p) {
+__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const uint16_t* p, int64_t k) {
   // The zero-masked form: GCC 12 warns that the unmasked one's _mm512_undefined_ps is
   // uninitialised.
-  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_maskz_cvtph_ps(0xFFFF,
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + k * P)));
+}
+__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const int8_t* p, int64_t k) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * P))));
+}
+__attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const Int4Panel& p, int64_t k) {
+  const __m512i bytes =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + (k >> 1) * P)));
+  const __m512i nibbles =
+      _mm512_and_si512(_mm512_srl_epi32(bytes, _mm_cvtsi32_si128(static_cast<int>(k & 1) * 4)),
+                       _mm512_set1_epi32(15));
+  const __m512 scale = _mm512_loadu_ps(p.scale + (k / G4) * P);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(nibbles), scale,
+                         _mm512_mul_ps(scale, _mm512_set1_ps(-8.0f)));
 }
 
 template <int R, typename W>
 __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int64_t ldx,
-                                                             const W* p0, const W* p1, int64_t K,
+                                                             const W p0, const W p1, int64_t K,
                                                              float* out /* [R][2P] */) {
   static_assert(R >= 1 && R <= 12);
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
          a8 = a0, a9 = a0, a10 = a0, a11 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0,
          b6 = a0, b7 = a0, b8 = a0, b9 = a0, b10 = a0, b11 = a0;
   for (int64_t k = 0; k < K; ++k) {
-    const __m512 w0 = load16(p0 + k * P), w1 = load16(p1 + k * P);
+    const __m512 w0 = load16(p0, k), w1 = load16(p1, k);
 #define MIXSERVE_ROW(i)                               \
   if constexpr (R > i) {                              \
     const __m512 xv = _mm512_set1_ps(x[i * ldx + k]); \
@@ -105,8 +158,9 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
     b##i = _mm512_fmadd_ps(xv, w1, b##i);             \
   }
     MIXSERVE_ROW(0)
-    MIXSERVE_ROW(1) MIXSERVE_ROW(2) MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6)
-        MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
+    MIXSERVE_ROW(1)
+    MIXSERVE_ROW(2) MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6) MIXSERVE_ROW(7)
+        MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
 #undef MIXSERVE_ROW
   }
 #define MIXSERVE_STORE(i)                        \
@@ -115,29 +169,28 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
     _mm512_storeu_ps(out + i * 2 * P + P, b##i); \
   }
   MIXSERVE_STORE(0)
-  MIXSERVE_STORE(1) MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5)
-      MIXSERVE_STORE(6) MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10)
-          MIXSERVE_STORE(11)
+  MIXSERVE_STORE(1)
+  MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5) MIXSERVE_STORE(6)
+      MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
 #undef MIXSERVE_STORE
 }
 
-// One row against up to kGemvPanels panels; the same fma sequence per output as panel_avx2.
+// One row against up to kGemvPanels panels (p[0..np), the rest repeat the last); the same fma
+// sequence per output as panel_avx2.
 template <typename W>
-__attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W* panels, int64_t panel_stride,
-                                                        int64_t np, int64_t K, float* out) {
-  const W* p[kGemvPanels];
-  for (int64_t i = 0; i < kGemvPanels; ++i) p[i] = panels + std::min(i, np - 1) * panel_stride;
+__attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W* p, int64_t K,
+                                                        float* out) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (int64_t k = 0; k < K; ++k) {
     const __m256 xv = _mm256_broadcast_ss(x + k);
-    a0 = _mm256_fmadd_ps(xv, load8(p[0] + k * P), a0);
-    a1 = _mm256_fmadd_ps(xv, load8(p[0] + k * P + 8), a1);
-    a2 = _mm256_fmadd_ps(xv, load8(p[1] + k * P), a2);
-    a3 = _mm256_fmadd_ps(xv, load8(p[1] + k * P + 8), a3);
-    a4 = _mm256_fmadd_ps(xv, load8(p[2] + k * P), a4);
-    a5 = _mm256_fmadd_ps(xv, load8(p[2] + k * P + 8), a5);
-    a6 = _mm256_fmadd_ps(xv, load8(p[3] + k * P), a6);
-    a7 = _mm256_fmadd_ps(xv, load8(p[3] + k * P + 8), a7);
+    a0 = _mm256_fmadd_ps(xv, load8(p[0], k, 0), a0);
+    a1 = _mm256_fmadd_ps(xv, load8(p[0], k, 1), a1);
+    a2 = _mm256_fmadd_ps(xv, load8(p[1], k, 0), a2);
+    a3 = _mm256_fmadd_ps(xv, load8(p[1], k, 1), a3);
+    a4 = _mm256_fmadd_ps(xv, load8(p[2], k, 0), a4);
+    a5 = _mm256_fmadd_ps(xv, load8(p[2], k, 1), a5);
+    a6 = _mm256_fmadd_ps(xv, load8(p[3], k, 0), a6);
+    a7 = _mm256_fmadd_ps(xv, load8(p[3], k, 1), a7);
   }
   const __m256 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
@@ -147,18 +200,15 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W*
 // output as gemv_avx2 in half the instructions (batch-1 decode of SHE's W·d² extraction is
 // this loop).
 template <typename W>
-__attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const W* panels,
-                                                             int64_t panel_stride, int64_t np,
-                                                             int64_t K, float* out) {
-  const W* p[kGemvPanels];
-  for (int64_t i = 0; i < kGemvPanels; ++i) p[i] = panels + std::min(i, np - 1) * panel_stride;
+__attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const W* p, int64_t K,
+                                                             float* out) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t k = 0; k < K; ++k) {
     const __m512 xv = _mm512_set1_ps(x[k]);
-    a0 = _mm512_fmadd_ps(xv, load16(p[0] + k * P), a0);
-    a1 = _mm512_fmadd_ps(xv, load16(p[1] + k * P), a1);
-    a2 = _mm512_fmadd_ps(xv, load16(p[2] + k * P), a2);
-    a3 = _mm512_fmadd_ps(xv, load16(p[3] + k * P), a3);
+    a0 = _mm512_fmadd_ps(xv, load16(p[0], k), a0);
+    a1 = _mm512_fmadd_ps(xv, load16(p[1], k), a1);
+    a2 = _mm512_fmadd_ps(xv, load16(p[2], k), a2);
+    a3 = _mm512_fmadd_ps(xv, load16(p[3], k), a3);
   }
   _mm512_storeu_ps(out, a0);
   _mm512_storeu_ps(out + P, a1);
@@ -183,7 +233,9 @@ bool have_avx512() {
   return yes;
 }
 #else
-bool have_avx2() { return false; }
+bool have_avx2() {
+  return false;
+}
 bool have_avx512() {
   return false;
 }
@@ -192,9 +244,9 @@ bool have_avx512() {
 #if defined(__x86_64__)
 // The row-count instantiations of a panel kernel, as tables indexed by rows − 1.
 template <typename W>
-using PanelKernel = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t);
+using PanelKernel = void (*)(const float*, int64_t, const W, int64_t, float*, int64_t);
 template <typename W>
-using PairKernel = void (*)(const float*, int64_t, const W*, const W*, int64_t, float*);
+using PairKernel = void (*)(const float*, int64_t, const W, const W, int64_t, float*);
 template <typename W, int... I>
 constexpr std::array<PairKernel<W>, sizeof...(I)> pair_avx512_table(
     std::integer_sequence<int, I...>) {
@@ -212,39 +264,45 @@ K kernel_for(const std::array<K, N>& table, int64_t rows) {
 }
 #endif
 
-// rows ≤ kRowTile rows of x times the panels p0 and p1 (p1 null: p0 alone), with the widest
+// rows ≤ kRowTile rows of x times the panels p0 and p1 (two = false: p0 alone), with the widest
 // kernel the CPU has: out[r][0..P) from p0, out[r][P..2P) from p1.
 template <typename W>
-void run_pair(const float* x, int64_t ldx, int64_t rows, const W* p0, const W* p1, int64_t K,
-              float* out /* [rows][2P] */) {
+void run_pair(const float* x, int64_t ldx, int64_t rows, const W& p0, const W& p1, bool two,
+              int64_t K, float* out /* [rows][2P] */) {
 #if defined(__x86_64__)
   if (have_avx512() && !g_force_scalar && !g_force_avx2)  // a lone panel is computed twice
     return kernel_for(
         pair_avx512_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowTile)>{}), rows)(
-        x, ldx, p0, p1 ? p1 : p0, K, out);
+        x, ldx, p0, two ? p1 : p0, K, out);
   if (have_avx2() && !g_force_scalar) {
-    for (const W* p : {p0, p1})
-      for (int64_t r0 = 0; p && r0 < rows; r0 += kRowsAvx2)
+    for (int half = 0; half < (two ? 2 : 1); ++half)
+      for (int64_t r0 = 0; r0 < rows; r0 += kRowsAvx2)
         kernel_for(
             panel_avx2_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowsAvx2)>{}),
-            rows - r0)(x + r0 * ldx, ldx, p, K, out + r0 * 2 * P + (p == p0 ? 0 : P), 2 * P);
+            rows - r0)(x + r0 * ldx, ldx, half ? p1 : p0, K, out + r0 * 2 * P + half * P, 2 * P);
     return;
   }
 #endif
   panel_scalar(x, ldx, rows, p0, K, out, 2 * P);
-  if (p1) panel_scalar(x, ldx, rows, p1, K, out + P, 2 * P);
+  if (two) panel_scalar(x, ldx, rows, p1, K, out + P, 2 * P);
 }
 
-template <typename W>
-void multiply_packed(const W* panels_data, const float* bias, int64_t n_out, int64_t k,
+// y = x·Wᵀ·diag(col_scale) + b over the panels panel(0 … ceil(n_out / P)), where panel(i) gives
+// the i-th panel of the matrix (col_scale, bias: null when none).
+template <typename W, typename PanelAt>
+void multiply_packed(PanelAt panel, const float* col_scale, const float* bias, int64_t n_out,
                      const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y,
                      int64_t ldy, ThreadPool* pool) {
   const int64_t panels = (n_out + P - 1) / P;
   // acc + 0 without a bias, as before: −0 becomes +0 either way. No branch inside the loop, so
   // it vectorises (the scalar form cost ~10% of a batch-64 GEMM).
-  auto store = [&](int64_t row, int64_t n0, int64_t width, const float* acc) {
+  auto store = [&](int64_t row, int64_t n0, int64_t width, float* acc) {
     const int64_t nn = std::min(width, n_out - n0);
     float* yr = y + row * ldy + n0;
+    if (col_scale) {
+      const float* s = col_scale + n0;
+      for (int64_t j = 0; j < nn; ++j) acc[j] *= s[j];
+    }
     if (!bias) {
       for (int64_t j = 0; j < nn; ++j) yr[j] = acc[j] + 0.0f;
     } else {
@@ -265,10 +323,12 @@ void multiply_packed(const W* panels_data, const float* bias, int64_t n_out, int
       for (int64_t i = g0; i < g1; ++i) {
         const int64_t row = i / groups, first = (i % groups) * kGemvPanels;
         const int64_t np = std::min(kGemvPanels, panels - first);
+        W p[kGemvPanels];
+        for (int64_t j = 0; j < kGemvPanels; ++j) p[j] = panel(first + std::min(j, np - 1));
         if (have_avx512() && !g_force_avx2)
-          gemv_avx512(x + row * ldx, panels_data + first * k * P, k * P, np, k_used, out);
+          gemv_avx512(x + row * ldx, p, k_used, out);
         else
-          gemv_avx2(x + row * ldx, panels_data + first * k * P, k * P, np, k_used, out);
+          gemv_avx2(x + row * ldx, p, k_used, out);
         store(row, first * P, np * P, out);
       }
     };
@@ -279,7 +339,8 @@ void multiply_packed(const W* panels_data, const float* bias, int64_t n_out, int
     if (pool)
       pool->parallel_for(rows * groups, gemv,
                          grain_for(k_used * P * kGemvPanels, int64_t{1} << 14));
-    else gemv(0, rows * groups);
+    else
+      gemv(0, rows * groups);
     return;
   }
 #endif
@@ -292,9 +353,9 @@ void multiply_packed(const W* panels_data, const float* bias, int64_t n_out, int
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t pair = i / tiles, tile = i % tiles;
       const int64_t r0 = rows * tile / tiles, nr = rows * (tile + 1) / tiles - r0;
-      const W* p0 = panels_data + 2 * pair * k * P;
-      const W* p1 = 2 * pair + 1 < panels ? p0 + k * P : nullptr;
-      run_pair(x + r0 * ldx, ldx, nr, p0, p1, k_used, out);
+      const bool two = 2 * pair + 1 < panels;
+      run_pair(x + r0 * ldx, ldx, nr, panel(2 * pair), panel(two ? 2 * pair + 1 : 2 * pair), two,
+               k_used, out);
       for (int64_t r = 0; r < nr; ++r) store(r0 + r, 2 * pair * P, 2 * P, out + r * 2 * P);
     }
   };
@@ -303,52 +364,138 @@ void multiply_packed(const W* panels_data, const float* bias, int64_t n_out, int
   else
     work(0, pairs * tiles);
 }
+
+int64_t panel_count(int64_t n_out) {
+  return (n_out + P - 1) / P;
+}
+int64_t int4_groups(int64_t k) {
+  return (k + G4 - 1) / G4;
+}
 }  // namespace
 
 const char* gemm_kernel_name() {
   if (g_force_scalar || !have_avx2()) return "scalar-fma";
   return have_avx512() && !g_force_avx2 ? "avx512-fma" : "avx2-fma";
 }
-void gemm_force_scalar(bool scalar) { g_force_scalar = scalar; }
+void gemm_force_scalar(bool scalar) {
+  g_force_scalar = scalar;
+}
 void gemm_force_avx2(bool avx2) {
   g_force_avx2 = avx2;
 }
 
-PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k, bool allow_half)
+PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k,
+                           WeightFormat format)
     : n_out_(n_out), k_(k) {
-  const int64_t panels = (n_out + P - 1) / P;
-  // Stored as float16 when every weight is a float16 value (a float16 checkpoint): converted once,
-  // and back, to check.
-  std::vector<uint16_t> halves;
-  bool half = allow_half;
-  if (half) {
-    halves.resize(n_out * k);
+  const int64_t panels = panel_count(n_out);
+  auto index = [&](int64_t n, int64_t kk) { return (n / P) * k * P + kk * P + n % P; };
+  if (format == WeightFormat::kAuto) {
+    // float16 when every weight is a float16 value (a float16 checkpoint): converted once, and
+    // back, to check.
+    std::vector<uint16_t> halves(n_out * k);
     std::vector<float> back(n_out * k);
     floats_to_halves(w, halves.data(), halves.size());
     halves_to_floats(halves.data(), back.data(), back.size());
-    for (int64_t i = 0; i < n_out * k && half; ++i) half = back[i] == w[i];
+    format = std::equal(back.begin(), back.end(), w) ? WeightFormat::kF16 : WeightFormat::kF32;
   }
-  auto index = [&](int64_t n, int64_t kk) { return (n / P) * k * P + kk * P + n % P; };
-  if (half) {
-    panels16_.assign(panels * k * P, 0);
-    for (int64_t n = 0; n < n_out; ++n)
-      for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = halves[n * k + kk];
-  } else {
-    panels_.assign(panels * k * P, 0.0f);
-    for (int64_t n = 0; n < n_out; ++n)
-      for (int64_t kk = 0; kk < k; ++kk) panels_[index(n, kk)] = w[n * k + kk];
+  format_ = format;
+  switch (format) {
+    case WeightFormat::kF16:
+      panels16_.assign(panels * k * P, 0);
+      for (int64_t n = 0; n < n_out; ++n)
+        for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = float_to_half(w[n * k + kk]);
+      break;
+    case WeightFormat::kInt8:
+      // Symmetric, one scale per output: q = round(w / scale) with scale = max|w| / 127.
+      panels8_.assign(panels * k * P, 0);
+      scales_.assign(panels * P, 0.0f);
+      for (int64_t n = 0; n < n_out; ++n) {
+        float amax = 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) amax = std::max(amax, std::fabs(w[n * k + kk]));
+        const float scale = amax / 127.0f, inv = scale > 0 ? 1.0f / scale : 0.0f;
+        scales_[n] = scale;
+        for (int64_t kk = 0; kk < k; ++kk)
+          panels8_[index(n, kk)] =
+              static_cast<int8_t>(std::clamp(std::nearbyint(w[n * k + kk] * inv), -127.0f, 127.0f));
+      }
+      break;
+    case WeightFormat::kInt4: {
+      // Per output and group of 32 inputs, llama.cpp's Q4_0 rule: scale = m / −8 with m the
+      // value of largest magnitude, q = round(w / scale) clamped to −8…7 (m itself maps to −8).
+      const int64_t groups = int4_groups(k), half_k = (k + 1) / 2;
+      panels4_.assign(panels * half_k * P, 0x88);  // q = 0 in both nibbles for padding
+      scales_.assign(panels * groups * P, 0.0f);
+      for (int64_t n = 0; n < n_out; ++n)
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t k0 = g * G4, k1 = std::min(k, k0 + G4);
+          float m = 0.0f;
+          for (int64_t kk = k0; kk < k1; ++kk)
+            if (std::fabs(w[n * k + kk]) > std::fabs(m)) m = w[n * k + kk];
+          const float scale = m / -8.0f, inv = scale != 0 ? 1.0f / scale : 0.0f;
+          scales_[(n / P) * groups * P + g * P + n % P] = scale;
+          for (int64_t kk = k0; kk < k1; ++kk) {
+            const int q =
+                static_cast<int>(std::clamp(std::nearbyint(w[n * k + kk] * inv), -8.0f, 7.0f));
+            uint8_t& byte = panels4_[(n / P) * half_k * P + (kk >> 1) * P + n % P];
+            const int shift = (kk & 1) * 4;
+            byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((q + 8) << shift));
+          }
+        }
+      break;
+    }
+    default:
+      panels_.assign(panels * k * P, 0.0f);
+      for (int64_t n = 0; n < n_out; ++n)
+        for (int64_t kk = 0; kk < k; ++kk) panels_[index(n, kk)] = w[n * k + kk];
+      format_ = WeightFormat::kF32;
   }
   if (bias) bias_.assign(bias, bias + n_out);
+}
+
+int64_t PackedWeight::bytes() const {
+  return static_cast<int64_t>(panels_.size() * sizeof(float) + panels16_.size() * 2 +
+                              panels8_.size() + panels4_.size() + scales_.size() * sizeof(float));
+}
+
+void PackedWeight::run(const float* x, int64_t ldx, int64_t rows, int64_t k_used, int64_t first,
+                       int64_t count, float* y, int64_t ldy, ThreadPool* pool) const {
+  const float* bias = bias_.empty() ? nullptr : bias_.data() + first;
+  const int64_t p0 = first / kPanel, K = k_;
+  switch (format_) {
+    case WeightFormat::kF16: {
+      const uint16_t* d = panels16_.data();
+      return multiply_packed<const uint16_t*>([=](int64_t i) { return d + (p0 + i) * K * P; },
+                                              nullptr, bias, count, x, ldx, rows, k_used, y, ldy,
+                                              pool);
+    }
+    case WeightFormat::kInt8: {
+      const int8_t* d = panels8_.data();
+      return multiply_packed<const int8_t*>([=](int64_t i) { return d + (p0 + i) * K * P; },
+                                            scales_.data() + first, bias, count, x, ldx, rows,
+                                            k_used, y, ldy, pool);
+    }
+    case WeightFormat::kInt4: {
+      const uint8_t* q = panels4_.data();
+      const float* s = scales_.data();
+      const int64_t half_k = (K + 1) / 2, groups = int4_groups(K);
+      return multiply_packed<Int4Panel>(
+          [=](int64_t i) {
+            return Int4Panel{q + (p0 + i) * half_k * P, s + (p0 + i) * groups * P};
+          },
+          nullptr, bias, count, x, ldx, rows, k_used, y, ldy, pool);
+    }
+    default: {
+      const float* d = panels_.data();
+      return multiply_packed<const float*>([=](int64_t i) { return d + (p0 + i) * K * P; }, nullptr,
+                                           bias, count, x, ldx, rows, k_used, y, ldy, pool);
+    }
+  }
 }
 
 void PackedWeight::multiply_prefix(const float* x, int64_t ldx, int64_t rows, int64_t k_used,
                                    float* y, ThreadPool* pool) const {
   if (rows <= 0) return;
-  const float* bias = bias_.empty() ? nullptr : bias_.data();
-  if (is_half())
-    multiply_packed(panels16_.data(), bias, n_out_, k_, x, ldx, rows, k_used, y, n_out_, pool);
-  else
-    multiply_packed(panels_.data(), bias, n_out_, k_, x, ldx, rows, k_used, y, n_out_, pool);
+  run(x, ldx, rows, k_used, 0, n_out_, y, n_out_, pool);
 }
 
 void PackedWeight::multiply_outputs(const float* x, int64_t rows, int64_t first, int64_t count,
@@ -357,12 +504,7 @@ void PackedWeight::multiply_outputs(const float* x, int64_t rows, int64_t first,
     throw std::invalid_argument(
         "multiply_outputs: outputs must start on a panel and lie in the matrix");
   if (rows <= 0 || count == 0) return;
-  const float* bias = bias_.empty() ? nullptr : bias_.data() + first;
-  const int64_t offset = first / kPanel * k_ * kPanel;
-  if (is_half())
-    multiply_packed(panels16_.data() + offset, bias, count, k_, x, k_, rows, k_, y, ldy, pool);
-  else
-    multiply_packed(panels_.data() + offset, bias, count, k_, x, k_, rows, k_, y, ldy, pool);
+  run(x, k_, rows, k_, first, count, y, ldy, pool);
 }
 
 }  // namespace mixserve

@@ -9,25 +9,37 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/weight_format.h"
+
 namespace mixserve {
 
 class ThreadPool;
 
 // W [n_out, k] repacked into panels of kPanel output columns, k-major inside a panel, so the
-// kernel streams it contiguously. Built once per weight. When every value of W is exactly a
-// float16 value (weights shipped as F16), the panels are kept in float16: converting a float16
-// to float32 is exact, so the products are the same bits, and batch-1 decode — which streams
-// every weight once per token — reads half the bytes.
+// kernel streams it contiguously. Built once per weight, in one of the formats of
+// engine/weight_format.h:
+//  - float32, or float16 when every value is a float16 value (kAuto) or when asked (kF16):
+//    converting a float16 to float32 is exact, so float16 panels give the float32 panels' bits
+//    while batch-1 decode, which streams every weight once per token, reads half the bytes;
+//  - int8, one scale per output: the sum runs over the int8 values (each converted to float32,
+//    exactly) and is multiplied by the output's scale once, before the bias;
+//  - int4, one scale per output and group of 32 inputs: each weight is dequantized to the float32
+//    scale·q (one rounding, the same on every path) as it is loaded, then summed as float32 is.
+// Whatever the format, the sum per output is one fma chain over k = 0, 1, …, K−1.
 class PackedWeight {
  public:
   static constexpr int64_t kPanel = 16;
+  static constexpr int64_t kInt4Group = 32;  // inputs per int4 scale
   PackedWeight() = default;
-  // allow_half = false keeps float32 panels whatever the values (tests compare the two).
-  PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k, bool allow_half = true);
+  PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k,
+               WeightFormat format = WeightFormat::kAuto);
   int64_t n_out() const { return n_out_; }
-  bool is_half() const { return !panels16_.empty(); }
   int64_t k() const { return k_; }
   bool empty() const { return n_out_ == 0; }
+  // The format the panels are in: kF32, kF16, kInt8 or kInt4 (kAuto resolved).
+  WeightFormat format() const { return format_; }
+  // Bytes of panels and scales a product streams.
+  int64_t bytes() const;
 
   // y[rows, n_out] = x[rows, k]·Wᵀ + b.
   void multiply(const float* x, int64_t rows, float* y, ThreadPool* pool) const {
@@ -44,9 +56,19 @@ class PackedWeight {
                         int64_t ldy, ThreadPool* pool) const;
 
  private:
+  void run(const float* x, int64_t ldx, int64_t rows, int64_t k_used, int64_t first, int64_t count,
+           float* y, int64_t ldy, ThreadPool* pool) const;
+
   int64_t n_out_ = 0, k_ = 0;
-  std::vector<float> panels_;       // [ceil(n_out / kPanel)][k][kPanel], or
-  std::vector<uint16_t> panels16_;  // the same in float16
+  WeightFormat format_ = WeightFormat::kF32;
+  // One of these holds the panels, [ceil(n_out / kPanel)][k][kPanel] (int4: two k per byte,
+  // [ceil(n_out / kPanel)][ceil(k / 2)][kPanel], k even in the low nibble, stored as q + 8).
+  std::vector<float> panels_;
+  std::vector<uint16_t> panels16_;
+  std::vector<int8_t> panels8_;
+  std::vector<uint8_t> panels4_;
+  // int8: [n_out padded to panels]; int4: [panels][ceil(k / kInt4Group)][kPanel].
+  std::vector<float> scales_;
   std::vector<float> bias_;
 };
 

@@ -57,7 +57,8 @@ void add_linear_spec(std::vector<WeightSpec>& specs, const std::string& name, in
 
 PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t out, int64_t in,
                          bool bias) {
-  return PackedWeight(w.get(name + ".weight"), bias ? w.get(name + ".bias") : nullptr, out, in);
+  return PackedWeight(w.get(name + ".weight"), bias ? w.get(name + ".bias") : nullptr, out, in,
+                      w.linear_format());
 }
 
 PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
@@ -71,7 +72,8 @@ PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
       b.insert(b.end(), pb, pb + out);
     }
   }
-  return PackedWeight(weight.data(), bias ? b.data() : nullptr, out * static_cast<int64_t>(names.size()), in);
+  return PackedWeight(weight.data(), bias ? b.data() : nullptr,
+                      out * static_cast<int64_t>(names.size()), in, w.linear_format());
 }
 
 }  // namespace mixserve

@@ -54,7 +54,7 @@ class CpuExtractor : public CpuLayerPart {
           for (int64_t k = k0; k < std::min(K, k0 + kTile); ++k)
             for (int64_t o = o0; o < std::min(d_, o0 + kTile); ++o)
               ext_t[o * K + k] = ext_[k * d_ + o];
-      ext_packed_ = PackedWeight(ext_t.data(), nullptr, d_, K);
+      ext_packed_ = PackedWeight(ext_t.data(), nullptr, d_, K, w.linear_format());
     }
   }
 

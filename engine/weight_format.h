@@ -1,0 +1,44 @@
+// How the CPU backend stores the projection matrices it streams every step (--weights).
+//   auto  float16 when every value of a matrix is a float16 value (a float16 checkpoint), else
+//         float32 — the weights exactly as shipped;
+//   f32   float32;  f16  rounded to float16 (exact for a float16 checkpoint);
+//   int8  symmetric int8, one float32 scale per output channel (scale = max|w| / 127);
+//   int4  4-bit, one float32 scale per output and group of 32 inputs (llama.cpp's Q4_0 rule:
+//         scale = m / −8 with m the group's value of largest magnitude, q = round(w / scale)
+//         clamped to −8…7).
+// Quantized or not, every product is summed in the one fixed order of engine/cpu/gemm.h, so batch
+// invariance and decode == prefill hold for every format. The embedding lookup keeps the
+// checkpoint's values; the LM head (tied or not) is a projection like the others.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace mixserve {
+
+enum class WeightFormat { kAuto, kF32, kF16, kInt8, kInt4 };
+
+inline const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kAuto:
+      return "auto";
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kF16:
+      return "f16";
+    case WeightFormat::kInt8:
+      return "int8";
+    case WeightFormat::kInt4:
+      return "int4";
+  }
+  return "?";
+}
+
+inline std::optional<WeightFormat> parse_weight_format(const std::string& s) {
+  for (WeightFormat f : {WeightFormat::kAuto, WeightFormat::kF32, WeightFormat::kF16,
+                         WeightFormat::kInt8, WeightFormat::kInt4})
+    if (s == weight_format_name(f)) return f;
+  return std::nullopt;
+}
+
+}  // namespace mixserve
