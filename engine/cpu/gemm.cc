@@ -159,8 +159,9 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
   }
     MIXSERVE_ROW(0)
     MIXSERVE_ROW(1)
-    MIXSERVE_ROW(2) MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6) MIXSERVE_ROW(7)
-        MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
+    MIXSERVE_ROW(2)
+    MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6) MIXSERVE_ROW(7) MIXSERVE_ROW(8)
+        MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
 #undef MIXSERVE_ROW
   }
 #define MIXSERVE_STORE(i)                        \
@@ -170,8 +171,9 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
   }
   MIXSERVE_STORE(0)
   MIXSERVE_STORE(1)
-  MIXSERVE_STORE(2) MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5) MIXSERVE_STORE(6)
-      MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
+  MIXSERVE_STORE(2)
+  MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5) MIXSERVE_STORE(6) MIXSERVE_STORE(7)
+      MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
 #undef MIXSERVE_STORE
 }
 
@@ -209,6 +211,55 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
     a1 = _mm512_fmadd_ps(xv, load16(p[1], k), a1);
     a2 = _mm512_fmadd_ps(xv, load16(p[2], k), a2);
     a3 = _mm512_fmadd_ps(xv, load16(p[3], k), a3);
+  }
+  _mm512_storeu_ps(out, a0);
+  _mm512_storeu_ps(out + P, a1);
+  _mm512_storeu_ps(out + 2 * P, a2);
+  _mm512_storeu_ps(out + 3 * P, a3);
+}
+
+// gemv_avx512 for int4 panels, the same fma sequence per output (the same dequantized weights,
+// summed in the same order) in about half the instructions: a group's scales are loaded once,
+// and each 16-byte load gives two weights k and k + 1 (low and high nibbles). The generic loop
+// spent ~2.6 cycles per 16 weights on unpacking, against ~1.1 for int8 (one core, 3072 × 768).
+template <>
+__attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const Int4Panel* p,
+                                                             int64_t K, float* out) {
+  // Named variables, not arrays: GCC keeps arrays of vectors on the stack (see panel_avx2).
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const __m512i low = _mm512_set1_epi32(15);
+  const __m512 minus8 = _mm512_set1_ps(-8.0f);
+  for (int64_t k0 = 0; k0 < K; k0 += G4) {
+    const int64_t k1 = std::min(K, k0 + G4);
+    const __m512 s0 = _mm512_loadu_ps(p[0].scale + (k0 / G4) * P),
+                 s1 = _mm512_loadu_ps(p[1].scale + (k0 / G4) * P),
+                 s2 = _mm512_loadu_ps(p[2].scale + (k0 / G4) * P),
+                 s3 = _mm512_loadu_ps(p[3].scale + (k0 / G4) * P);
+    const __m512 o0 = _mm512_mul_ps(s0, minus8), o1 = _mm512_mul_ps(s1, minus8),
+                 o2 = _mm512_mul_ps(s2, minus8), o3 = _mm512_mul_ps(s3, minus8);
+    int64_t k = k0;
+    for (; k + 1 < k1; k += 2) {
+      const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
+#define MIXSERVE_PANEL(i)                                                              \
+  {                                                                                    \
+    const __m512i bytes = _mm512_cvtepu8_epi32(                                        \
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i].q + (k >> 1) * P)));     \
+    const __m512 w0 =                                                                  \
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(bytes, low)), s##i, o##i); \
+    const __m512 w1 =                                                                  \
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4)), s##i, o##i);  \
+    a##i = _mm512_fmadd_ps(x1, w1, _mm512_fmadd_ps(x0, w0, a##i));                     \
+  }
+      MIXSERVE_PANEL(0) MIXSERVE_PANEL(1) MIXSERVE_PANEL(2) MIXSERVE_PANEL(3)
+#undef MIXSERVE_PANEL
+    }
+    if (k < k1) {  // an odd K's last weight
+      const __m512 x0 = _mm512_set1_ps(x[k]);
+      a0 = _mm512_fmadd_ps(x0, load16(p[0], k), a0);
+      a1 = _mm512_fmadd_ps(x0, load16(p[1], k), a1);
+      a2 = _mm512_fmadd_ps(x0, load16(p[2], k), a2);
+      a3 = _mm512_fmadd_ps(x0, load16(p[3], k), a3);
+    }
   }
   _mm512_storeu_ps(out, a0);
   _mm512_storeu_ps(out + P, a1);
