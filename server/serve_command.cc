@@ -311,7 +311,8 @@ int serve_command(int argc, char** argv) {
       if (sessions.enabled()) sessions.restore(*served);  // before it serves a turn
       served->engine->start();
       std::cout << "model " << served->model.id << " (" << served->model.format << ", "
-                << served->backend << ", tokenizer " << served->model.tokenizer_kind()
+                << served->backend << ", weights " << a.weights << ", tokenizer "
+                << served->model.tokenizer_kind()
                 << (served->model.chat_template ? ", chat template" : "")
                 << "): " << served->model.config.n_layers << " layers, context "
                 << served->model.config.max_seq_len << std::endl;

@@ -220,6 +220,32 @@ TEST(Flags, IgnoreEosTakesEffect) {
   }
 }
 
+// --weights picks how the CPU backend stores the projections (docs/weight-formats.md): a bad
+// value is refused, generate runs in each format, and the server says at start-up which format it
+// took (here from MIXSERVE_WEIGHTS) and completes with it over REST.
+TEST(Flags, WeightFormats) {
+  expect_refused("serve " + kModel + "--weights int9", "--weights");
+  expect_refused("generate " + kModel + "--prompt hi --weights fp8", "--weights");
+  for (const char* weights : {"f32", "f16", "int8", "int4"}) {
+    const Outcome o = mixserve("generate " + kModel +
+                               "--threads 1 --prompt 'And God said' --max-tokens 8 --temperature 0 "
+                               "--weights " +
+                               weights);
+    ASSERT_EQ(o.code, 0) << weights << ": " << o.output;
+    EXPECT_NE(finish_line(o.output).find("completion_tokens=8"), std::string::npos)
+        << weights << ": " << o.output;
+  }
+  setenv("MIXSERVE_WEIGHTS", "int4", 1);
+  ServerProcess server({"--model", source_dir() + "/models/default"});
+  unsetenv("MIXSERVE_WEIGHTS");
+  EXPECT_NE(server.output().find("weights int4"), std::string::npos) << server.output();
+  const HttpResult r = curl(server.http_url("/v1/completions"),
+                            {"-H", "Content-Type: application/json", "-d",
+                             R"({"prompt": "And God said", "max_tokens": 5, "temperature": 0})"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
+}
+
 TEST(Flags, GpuMemoryUtilizationArithmetic) {
   constexpr int64_t GiB = int64_t{1} << 30;
   // 80 GiB device, 0.9 of it for the server: 72 GiB; 10 GiB in use once the weights are loaded
