@@ -5,6 +5,7 @@
 
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/cpu/vec_math.h"
 #include "engine/mixers/registry.h"
 
 namespace mixserve {
@@ -64,9 +65,13 @@ class CpuMlp : public CpuLayerPart {
     hidden_.resize(rows * c);  // [rows, c]
     partial_.resize(parts() * rows * d);
     auto activate = [&](int64_t lo, int64_t hi) {
-      for (int64_t r = 0; r < rows; ++r)
-        for (float* h = &hidden_[r * c + lo]; h < &hidden_[r * c + hi]; ++h)
-          *h = gelu_ ? gelu_tanh(*h) : std::max(*h, 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (gelu_) {
+          gelu_tanh_inplace(&hidden_[r * c + lo], hi - lo);
+          continue;
+        }
+        for (float* h = &hidden_[r * c + lo]; h < &hidden_[r * c + hi]; ++h) *h = std::max(*h, 0.0f);
+      }
     };
     auto second = [&](int g, ThreadPool* pool) {
       const int64_t lo = part_begin(g);

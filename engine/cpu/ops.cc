@@ -23,9 +23,4 @@ void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const f
   }
 }
 
-float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
-}
-
 }  // namespace mixserve

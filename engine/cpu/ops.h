@@ -26,7 +26,6 @@ __attribute__((always_inline)) inline Acc sum_in_lanes(int64_t n, Term term) {
 void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps,
                 float* y);
 
-float gelu_tanh(float x);
 inline float sigmoid(float x) {
   return 1.0f / (1.0f + __builtin_expf(-x));
 }

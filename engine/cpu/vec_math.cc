@@ -39,6 +39,18 @@ float exp_scalar(float x) {
   return p * scale;
 }
 
+namespace {
+constexpr float kGeluC = 0.044715f, kGeluMinus2K = -2.0f * 0.7978845608028654f;  // −2·√(2/π)
+}  // namespace
+
+// The operations in this order on every path: x², x³, fma(c, x³, x), ·(−2k), exp, +1, x / that.
+float gelu_tanh_scalar(float x) {
+  const float x2 = x * x;
+  const float x3 = x2 * x;
+  const float z = std::fma(kGeluC, x3, x) * kGeluMinus2K;
+  return x / (exp_scalar(z) + 1.0f);
+}
+
 #if defined(__x86_64__)
 namespace {
 __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
@@ -59,16 +71,19 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   const __m256 r2 = _mm256_mul_ps(r, r);
   p = _mm256_fmadd_ps(p, r2, r);
   p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  y = _mm256_andnot_ps(tiny, y);               // below the range: exactly 0
+  y = _mm256_andnot_ps(tiny, y);                         // below the range: exactly 0
   return _mm256_blendv_ps(y, _mm256_add_ps(x, x), nan);  // NaN stays NaN
 }
 
-__attribute__((target("avx2,fma"))) void exp_sub_avx2(const float* x, float m, float* out, int64_t n) {
+__attribute__((target("avx2,fma"))) void exp_sub_avx2(const float* x, float m, float* out,
+                                                      int64_t n) {
   const __m256 mv = _mm256_set1_ps(m);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
   for (; i < n; ++i) out[i] = exp_scalar(x[i] - m);
 }
 
@@ -145,6 +160,30 @@ __attribute__((target("avx512f,fma"))) int64_t exp_weighted_accumulate_avx512(
   return i;
 }
 
+__attribute__((target("avx2,fma"))) void gelu_tanh_avx2(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+    const __m256 z =
+        _mm256_mul_ps(_mm256_fmadd_ps(_mm256_set1_ps(kGeluC), x3, v), _mm256_set1_ps(kGeluMinus2K));
+    _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(exp8(z), _mm256_set1_ps(1.0f))));
+  }
+  for (; i < n; ++i) x[i] = gelu_tanh_scalar(x[i]);
+}
+
+__attribute__((target("avx512f,fma"))) int64_t gelu_tanh_avx512(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+    const __m512 z =
+        _mm512_mul_ps(_mm512_fmadd_ps(_mm512_set1_ps(kGeluC), x3, v), _mm512_set1_ps(kGeluMinus2K));
+    _mm512_storeu_ps(x + i, _mm512_div_ps(v, _mm512_add_ps(exp16(z), _mm512_set1_ps(1.0f))));
+  }
+  return i;
+}
+
 bool have_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
@@ -168,7 +207,9 @@ void exp_sub(const float* x, float m, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = exp_scalar(x[i] - m);
 }
 
-void exp_inplace(float* x, int64_t n) { exp_sub(x, 0.0f, x, n); }
+void exp_inplace(float* x, int64_t n) {
+  exp_sub(x, 0.0f, x, n);
+}
 
 void exp_weighted_accumulate(const float* k, float w, const float* m, const float* v, float* num,
                              float* den, int64_t n) {
@@ -184,6 +225,17 @@ void exp_weighted_accumulate(const float* k, float w, const float* m, const floa
     num[i] = std::fma(e, v[i], num[i]);
     den[i] += e;
   }
+}
+
+void gelu_tanh_inplace(float* x, int64_t n) {
+#if defined(__x86_64__)
+  if (have_avx512()) {
+    const int64_t done = gelu_tanh_avx512(x, n);
+    x += done, n -= done;
+  }
+  if (have_avx2()) return gelu_tanh_avx2(x, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh_scalar(x[i]);
 }
 
 }  // namespace mixserve
