@@ -4,6 +4,7 @@
 // no CLI11; these are developer tools with a handful of flags, not a user-facing command line.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
@@ -94,6 +95,23 @@ class BenchArgs {
     if (s.empty() || end != s.c_str() + s.size())
       throw std::invalid_argument("--" + name + " must be an integer, got \"" + s + "\"");
     return v;
+  }
+  // A comma-separated list of integers ("1,8,64"); throws like integer().
+  std::vector<int> integers(const std::string& name) const {
+    std::vector<int> out;
+    const std::string s = str(name);
+    for (size_t at = 0; at <= s.size();) {
+      const size_t comma = std::min(s.find(',', at), s.size());
+      const std::string item = s.substr(at, comma - at);
+      char* end = nullptr;
+      const long v = item.empty() ? 0 : std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || end != item.c_str() + item.size())
+        throw std::invalid_argument("--" + name + " must be integers separated by commas, got \"" +
+                                    s + "\"");
+      out.push_back(static_cast<int>(v));
+      at = comma + 1;
+    }
+    return out;
   }
   double number(const std::string& name) const {
     const std::string s = str(name);

@@ -29,12 +29,6 @@ namespace {
 
 int backend_threads(int t) { return t > 0 ? t : static_cast<int>(std::thread::hardware_concurrency()); }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
-}
 
 int argmax(const float* row, int64_t n) {
   int best = 0;
@@ -133,19 +127,15 @@ int main(int argc, char** argv) {
     std::cout << a.help();
     return a.help_requested() ? 0 : 2;
   }
-  const std::optional<WeightFormat> weights = parse_weight_format(a.str("weights"));
-  if (!weights) {
-    std::cerr << "error: --weights must be auto, f32, f16, int8 or int4\n";
-    return 2;
-  }
   nlohmann::json all = nlohmann::json::array();
   try {
+    const WeightFormat weights = weight_format_from_flag(a.str("weights"));
     for (const std::string& dir : a.all("model"))
-      for (int batch : parse_list(a.str("batches"))) {
+      for (int batch : a.integers("batches")) {
         auto r = bench_model(dir, batch, static_cast<int>(a.integer("steps")), static_cast<int>(a.integer("prompt")),
                              static_cast<int>(a.integer("threads")),
-                             a.str("prompt-ids").empty() ? std::vector<int>{} : parse_list(a.str("prompt-ids")),
-                             a.on("greedy"), *weights);
+                             a.str("prompt-ids").empty() ? std::vector<int>{} : a.integers("prompt-ids"),
+                             a.on("greedy"), weights);
         std::cout << r.dump() << std::endl;
         all.push_back(r);
       }

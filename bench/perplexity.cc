@@ -126,12 +126,8 @@ int main(int argc, char** argv) {
     std::cout << a.help();
     return a.help_requested() ? 0 : 2;
   }
-  const std::optional<WeightFormat> weights = parse_weight_format(a.str("weights"));
-  if (!weights) {
-    std::cerr << "error: --weights must be auto, f32, f16, int8 or int4\n";
-    return 2;
-  }
   try {
+    const WeightFormat weights = weight_format_from_flag(a.str("weights"));
     LoadedModel m = load_model_dir(a.str("model"));
     if (!m.tokenizer) throw std::invalid_argument(a.str("model") + " has no tokenizer");
     std::ifstream in(a.str("text"), std::ios::binary);
@@ -148,7 +144,7 @@ int main(int argc, char** argv) {
 
     CpuBackendOptions o;
     o.threads = static_cast<int>(a.integer("threads"));
-    o.weights = *weights;
+    o.weights = weights;
     o.pool_bytes = int64_t{1} << 30;
     Scorer scorer(m, o);
     double total = 0;
@@ -176,7 +172,7 @@ int main(int argc, char** argv) {
       greedy.push_back(scorer.greedy(prompt, static_cast<int>(window)));
     }
     nlohmann::json r = {{"model", a.str("model")},
-                        {"weights", weight_format_name(*weights)},
+                        {"weights", weight_format_name(weights)},
                         {"window", window},
                         {"windows", n_windows},
                         {"tokens_scored", scored},

@@ -10,21 +10,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <vector>
 
 #include "bench/bench_args.h"
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/thread_pool.h"
-
-namespace {
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace mixserve;
@@ -50,9 +40,9 @@ int main(int argc, char** argv) {
     for (float& v : x) v = normal(rng) * 50.0f;
     for (WeightFormat format : {WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kInt4}) {
       const PackedWeight pw(w.data(), nullptr, n, k, format);
-      for (int threads : parse_list(a.str("threads"))) {
+      for (int threads : a.integers("threads")) {
         ThreadPool pool(threads);
-        for (int rows : parse_list(a.str("batches"))) {
+        for (int rows : a.integers("batches")) {
           std::vector<double> times;
           for (int rep = 0; rep < reps + 3; ++rep) {  // 3 warm-up products
             const auto t0 = std::chrono::steady_clock::now();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace mixserve {
@@ -39,6 +40,12 @@ inline std::optional<WeightFormat> parse_weight_format(const std::string& s) {
                          WeightFormat::kInt8, WeightFormat::kInt4})
     if (s == weight_format_name(f)) return f;
   return std::nullopt;
+}
+
+// The same, throwing std::invalid_argument that names the --weights flag.
+inline WeightFormat weight_format_from_flag(const std::string& s) {
+  if (const std::optional<WeightFormat> f = parse_weight_format(s)) return *f;
+  throw std::invalid_argument("--weights must be auto, f32, f16, int8 or int4, got \"" + s + "\"");
 }
 
 }  // namespace mixserve
