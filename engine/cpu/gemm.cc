@@ -160,8 +160,9 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
     MIXSERVE_ROW(0)
     MIXSERVE_ROW(1)
     MIXSERVE_ROW(2)
-    MIXSERVE_ROW(3) MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6) MIXSERVE_ROW(7) MIXSERVE_ROW(8)
-        MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
+    MIXSERVE_ROW(3)
+    MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6) MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9)
+        MIXSERVE_ROW(10) MIXSERVE_ROW(11)
 #undef MIXSERVE_ROW
   }
 #define MIXSERVE_STORE(i)                        \
@@ -172,8 +173,9 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
   MIXSERVE_STORE(0)
   MIXSERVE_STORE(1)
   MIXSERVE_STORE(2)
-  MIXSERVE_STORE(3) MIXSERVE_STORE(4) MIXSERVE_STORE(5) MIXSERVE_STORE(6) MIXSERVE_STORE(7)
-      MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
+  MIXSERVE_STORE(3)
+  MIXSERVE_STORE(4) MIXSERVE_STORE(5) MIXSERVE_STORE(6) MIXSERVE_STORE(7) MIXSERVE_STORE(8)
+      MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
 #undef MIXSERVE_STORE
 }
 
@@ -440,12 +442,15 @@ PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int
     : n_out_(n_out), k_(k) {
   const int64_t panels = panel_count(n_out);
   auto index = [&](int64_t n, int64_t kk) { return (n / P) * k * P + kk * P + n % P; };
-  if (format == WeightFormat::kAuto) {
-    // float16 when every weight is a float16 value (a float16 checkpoint): converted once, and
-    // back, to check.
-    std::vector<uint16_t> halves(n_out * k);
-    std::vector<float> back(n_out * k);
+  std::vector<uint16_t> halves;  // W in float16, for kAuto's check and the kF16 panels
+  if (format == WeightFormat::kAuto || format == WeightFormat::kF16) {
+    halves.resize(n_out * k);
     floats_to_halves(w, halves.data(), halves.size());
+  }
+  if (format == WeightFormat::kAuto) {
+    // float16 when every weight is a float16 value (a float16 checkpoint): converted back, to
+    // check.
+    std::vector<float> back(n_out * k);
     halves_to_floats(halves.data(), back.data(), back.size());
     format = std::equal(back.begin(), back.end(), w) ? WeightFormat::kF16 : WeightFormat::kF32;
   }
@@ -454,7 +459,7 @@ PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int
     case WeightFormat::kF16:
       panels16_.assign(panels * k * P, 0);
       for (int64_t n = 0; n < n_out; ++n)
-        for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = float_to_half(w[n * k + kk]);
+        for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = halves[n * k + kk];
       break;
     case WeightFormat::kInt8:
       // Symmetric, one scale per output: q = round(w / scale) with scale = max|w| / 127.
