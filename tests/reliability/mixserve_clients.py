@@ -221,6 +221,23 @@ def rss_bytes(pid):
     return proc_status(pid, "VmRSS")
 
 
+def mapping_rss_bytes(pid, min_size):
+    """Resident bytes of the process's anonymous mappings of at least min_size bytes (from
+    /proc/PID/smaps): the server's state pool is one such mapping, touched as pages are first used."""
+    total, size, anonymous = 0, 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+                anonymous = len(head) == 5  # no path: not a file, the heap or the stack
+                size = 0
+            elif head[0] == "Size:":
+                size = int(head[1]) * 1024
+            elif head[0] == "Rss:" and anonymous and size >= min_size:
+                total += int(head[1]) * 1024
+    return total
+
+
 def raise_fd_limit():
     """Soft fd limit up to the hard one, for this process and the server it starts."""
     import resource
