@@ -9,37 +9,27 @@
 
 namespace mixserve {
 
-// A request inside the engine: its parameters, its tokens (prompt, then generated), how many of
-// them the state covers, and its pages.
-struct alignas(64) Engine::Live {
-  // Everything a decode step reads or writes for a running request, in the first two cache
-  // lines (with copies of the few parameters it needs), so that a step over 256 requests
-  // touches 256 × 2 lines of them and not the whole object.
-  int32_t fed = 0, total = 0;  // tokens the state covers; tokens.size()
-  int32_t end = 0;             // end of the chunk this step feeds
-  int32_t priority = 0;
-  int32_t generated = 0, max_tokens = 0;
-  bool done = false, cancelled = false, has_deadline = false, has_cached_logits = false;
+// A request inside the engine: what the scheduler knows of it (its tokens, how many of them
+// the state covers, its pages), and its parameters, output and text.
+struct alignas(64) Engine::Live : Sequence {
+  // What a decode step reads besides the Sequence's first fields, with copies of the few
+  // parameters it needs, so that a step over 256 requests touches 256 × 2 lines of them and not
+  // the whole object.
+  int32_t generated = 0;
   bool ignore_eos = false, return_logprob = false, want_logprobs = false, has_stop_ids = false;
   bool penalized = false;  // a penalty is on: history counts the tokens
-  uint64_t id = 0;
-  SequenceState state;
-  std::vector<int32_t> tokens;
   OutputSink sink;
   std::unique_ptr<IncrementalDetokenizer> detok;
   // The rest.
-  Clock::time_point deadline;
-  uint64_t arrival = 0;
   GenerateParams p;
-  int32_t n_prompt = 0, cached = 0;
-  std::vector<float> cached_logits;  // a prefix-cache hit on the whole prompt: sample from these
-  std::vector<float> swapped;        // host copy of the state while preempted by swapping
-  std::vector<int32_t> swapped_pages_per_layer;
   TokenHistory history;
   std::unique_ptr<StopMatcher> stop;
-  Clock::time_point submitted, first_token;
-  double queue_s = -1;
+  Clock::time_point first_token;
 };
+
+static Engine::Live& live(Sequence& s) {
+  return static_cast<Engine::Live&>(s);
+}
 
 Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, EngineOptions opts)
     : model_(model),
@@ -47,16 +37,16 @@ Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, Engin
       opts_(opts),
       pool_(backend_->total_pages()),
       alloc_(*backend_, pool_),
-      cache_(alloc_, opts.cache_entries) {
-  opts_.step_token_budget = std::max(opts_.step_token_budget, opts_.prefill_chunk);
+      cache_(alloc_, opts.cache_entries),
+      scheduler_(model.config, alloc_, cache_,
+                 {opts.max_batch, opts.step_token_budget, opts.prefill_chunk},
+                 [this](Sequence& s, FinishReason reason, const std::string& error) {
+                   finish(live(s), reason, error);
+                 }) {
   stats_.max_running = opts_.max_batch;
   stats_.max_queue = opts_.max_queue;
-  for (const StateLayout& l : backend_->state_layouts()) {
-    const bool ring = std::any_of(l.tensors.begin(), l.tensors.end(), [](const StateTensor& t) {
-      return t.name.rfind("ring", 0) == 0;
-    });
-    layer_kind_.push_back(l.token_floats > 0 ? 2 : ring ? 1 : 0);
-  }
+  for (const StateLayout& l : backend_->state_layouts())
+    layer_kind_.push_back(static_cast<int>(l.kind));
 }
 
 Engine::~Engine() {
@@ -88,11 +78,6 @@ std::string Engine::validate(const GenerateParams& p) const {
   return p.sampling.validate(static_cast<int>(c.vocab_size));
 }
 
-// The most tokens a request can hold: its prompt and max_tokens, within the model's context.
-static int64_t reachable_tokens(const ModelConfig& c, int64_t n_prompt, int32_t max_tokens) {
-  return std::min<int64_t>(c.max_seq_len, n_prompt + max_tokens);
-}
-
 SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   if (std::string err = validate(params); !err.empty()) return {SubmitStatus::kInvalid, 0, err};
   auto r = std::make_unique<Live>();
@@ -116,6 +101,7 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->n_prompt = r->total = static_cast<int32_t>(params.prompt.size());
   r->priority = params.priority;
   r->max_tokens = params.max_tokens;
+  r->session = std::move(params.session);
   r->ignore_eos = params.ignore_eos;
   r->return_logprob = params.return_logprob;
   r->want_logprobs = params.sampling.logprobs > 0 || params.return_logprob;
@@ -166,10 +152,9 @@ void Engine::start() {
       step_started_ns_.store(0, std::memory_order_relaxed);
       if (!worked) {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait_for(lock, std::chrono::milliseconds(50),
-                       [this] {
-                         return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty();
-                       });
+        wake_.wait_for(lock, std::chrono::milliseconds(50), [this] {
+          return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty();
+        });
       }
     }
   });
@@ -196,9 +181,9 @@ void Engine::stop() {
   // The message tells front ends that the server, not the client, ended these: the client is
   // still there and must hear why its request stopped.
   const std::string why = "the server shut down before the request finished";
-  for (auto& r : running_) finish(*r, FinishReason::kCancelled, why);
-  for (auto& r : waiting_) finish(*r, FinishReason::kCancelled, why);
-  remove_finished();
+  for (auto& r : scheduler_.running()) finish(live(*r), FinishReason::kCancelled, why);
+  for (auto& r : scheduler_.waiting()) finish(live(*r), FinishReason::kCancelled, why);
+  scheduler_.remove_finished();
   update_stats(true);
 }
 
@@ -253,166 +238,13 @@ void Engine::drain_inbox() {
     fresh.swap(inbox_);
     cancels.swap(cancels_);
   }
-  for (auto& r : fresh) {
-    r->arrival = arrivals_++;
-    // keep waiting_ sorted by (priority, arrival): insert after everything that goes first
-    auto pos =
-        std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const auto& a, const auto& b) {
-          return a->p.priority != b->p.priority ? a->p.priority < b->p.priority
-                                                : a->arrival < b->arrival;
-        });
-    waiting_.insert(pos, std::move(r));
-  }
-  if (!cancels.empty()) {
-    std::unordered_set<uint64_t> ids(cancels.begin(), cancels.end());
-    for (auto& r : running_) r->cancelled |= ids.count(r->id) > 0;
-    for (auto& r : waiting_) r->cancelled |= ids.count(r->id) > 0;
-  }
-}
-
-// Ends a request that was cancelled or is past its deadline; true when it did.
-bool Engine::expired(Live& r, Clock::time_point now) {
-  if (r.cancelled)
-    finish(r, FinishReason::kCancelled);
-  else if (r.has_deadline && now >= r.deadline)
-    finish(r, FinishReason::kDeadline);
-  return r.done;
-}
-
-void Engine::expire(Clock::time_point now) {  // the waiting requests and the cache
-  for (auto& r : waiting_) expired(*r, now);
-  remove_finished();
-  if (now >= next_expiry_) {  // sessions past their TTL, about every second
-    cache_.expire(now);
-    next_expiry_ = now + std::chrono::seconds(1);
-  }
-}
-
-// End of the chunk a request feeds next: chunks end at multiples of prefill_chunk (or at its last
-// token), so how a prompt is cut never depends on what else is running.
-static int32_t chunk_end(int32_t fed, int32_t total, int32_t chunk) {
-  return std::min(total, (fed / chunk + 1) * chunk);
-}
-
-// Starts a fresh request from the longest cached prefix of its tokens. A hit on the whole prompt
-// with its logits skips prefill entirely.
-bool Engine::start_from_cache(Live& r) {
-  const int32_t total = static_cast<int32_t>(r.tokens.size());
-  CacheEntry* e = cache_.lookup(r.tokens, total, r.p.session);
-  if (e && static_cast<int32_t>(e->tokens.size()) == total && e->logits.empty())
-    e = cache_.lookup(r.tokens, total - 1, r.p.session);  // need the last token's logits
-  if (!e) return false;
-  const int32_t n = static_cast<int32_t>(e->tokens.size());
-  std::vector<float> logits = n == total ? e->logits : std::vector<float>{};
-  const bool take = !r.p.session.empty() && e->session == r.p.session;
-  if (!cache_.restore(e, r.state, n == total ? n : chunk_end(n, total, opts_.prefill_chunk), take))
-    return false;
-  r.fed = r.cached = n;
-  r.cached_logits = std::move(logits);
-  r.has_cached_logits = !r.cached_logits.empty();
-  return true;
-}
-
-// Admits waiting requests while the step's token budget (what the running ones do not use) can
-// start them, so pages are taken when they are used.
-void Engine::admit(int32_t budget) {
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.max_batch) {
-    Live& r = *waiting_.front();
-    const int32_t total = static_cast<int32_t>(r.tokens.size());
-    const int64_t reserve_tokens = reachable_tokens(model_.config, r.n_prompt, r.p.max_tokens);
-    const int32_t first_chunk = chunk_end(r.fed, total, opts_.prefill_chunk) - r.fed;
-    if (first_chunk > budget && !running_.empty()) return;
-    budget -= first_chunk;
-    if (!r.swapped.empty()) {  // swapped out: the same page counts as before
-      int32_t need = 0;
-      for (int32_t n : r.swapped_pages_per_layer) need += n;
-      while (!alloc_.make_free(need) && cache_.evict_one()) {
-      }
-      if (!alloc_.make_free(need)) return;
-      alloc_.new_tables(r.state);
-      std::vector<int32_t> all;
-      for (size_t l = 0; l < r.swapped_pages_per_layer.size(); ++l) {
-        pool_.allocate(r.swapped_pages_per_layer[l], r.state.layer_pages[l]);
-        all.insert(all.end(), r.state.layer_pages[l].begin(), r.state.layer_pages[l].end());
-      }
-      backend_->write_pages(all, r.swapped.data());
-      r.state.capacity_tokens = r.fed;
-      r.swapped.clear();
-    } else if (!start_from_cache(r)) {
-      r.fed = 0;
-      const int64_t need_tokens = chunk_end(0, total, opts_.prefill_chunk);
-      while (alloc_.pages_for(need_tokens) > alloc_.available() && cache_.evict_one()) {
-      }
-      if (!alloc_.admit(r.state, need_tokens, reserve_tokens)) {
-        if (!running_.empty() || alloc_.pages_for(need_tokens) <= pool_.total()) return;  // wait
-        finish(r, FinishReason::kError,
-               "the request needs more state memory than the whole pool holds");
-      }
-    }
-    alloc_.reserve_tables(r.state, reserve_tokens);  // swapped in or restored: not sized yet
-    if (r.queue_s < 0)
-      r.queue_s = std::chrono::duration<double>(Clock::now() - r.submitted).count();
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    if (r.done) remove_finished();  // it failed to start (r still points at the moved-from Live)
-  }
-}
-
-// Ensures r's state can hold `tokens` tokens: evicts cache entries, then preempts other
-// requests (latest and least urgent first). False when even that cannot make room.
-bool Engine::make_room(Live& r, int64_t tokens) {
-  while (!alloc_.grow(r.state, tokens)) {
-    if (cache_.evict_one()) continue;
-    Live* victim = nullptr;
-    for (auto& o : running_)
-      if (o.get() != &r && !o->done && o->state.allocated() &&
-          (!victim || o->priority > victim->priority ||
-           (o->priority == victim->priority && o->arrival > victim->arrival)))
-        victim = o.get();
-    if (!victim) return false;
-    preempt(*victim);
-  }
-  return true;
-}
-
-// Frees a running request's pages and sends it back to the queue. Constant-size states are
-// swapped to host memory (cheap: kilobytes); states with per-token K/V are recomputed from the
-// tokens, which gives the same state bit for bit (prefill == decode).
-void Engine::preempt(Live& v) {
-  bool grows = false;
-  for (const StateLayout& l : backend_->state_layouts()) grows |= l.token_floats > 0;
-  if (!grows) {
-    std::vector<int32_t> all;
-    v.swapped_pages_per_layer.clear();
-    for (const auto& lp : v.state.layer_pages) {
-      all.insert(all.end(), lp.begin(), lp.end());
-      v.swapped_pages_per_layer.push_back(static_cast<int32_t>(lp.size()));
-    }
-    v.swapped.resize(all.size() * backend_->page_floats());
-    backend_->read_pages(all, v.swapped.data());
-  } else {
-    v.fed = 0;
-    v.cached_logits.clear();
-    v.has_cached_logits = false;
-  }
-  alloc_.retire(v.state);
-  auto it =
-      std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
-  std::unique_ptr<Live> moved = std::move(*it);
-  running_.erase(it);
-  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) {
-    return w->p.priority > moved->p.priority ||
-           (w->p.priority == moved->p.priority && w->arrival > moved->arrival);
-  });
-  waiting_.insert(pos, std::move(moved));
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.preemptions;
+  for (auto& r : fresh) scheduler_.enqueue(std::move(r));
+  scheduler_.cancel(cancels);
 }
 
 void Engine::finish(Live& r, FinishReason reason, const std::string& error, TokenOutput out) {
   if (r.done) return;
-  r.done = true;
-  ++unremoved_;
+  scheduler_.mark_done(r);
   const bool normal = reason == FinishReason::kStop || reason == FinishReason::kLength;
   if (r.state.allocated()) {
     if (normal && opts_.cache_entries > 0 && r.fed > 0) {  // keep the final state for the next turn
@@ -421,7 +253,7 @@ void Engine::finish(Live& r, FinishReason reason, const std::string& error, Toke
       std::vector<int32_t> covered =
           std::move(r.tokens);  // the request is over: nothing reads them again
       covered.resize(r.fed);
-      cache_.adopt(std::move(covered), std::move(r.state), r.p.session, Clock::now() + ttl);
+      cache_.adopt(std::move(covered), std::move(r.state), r.session, Clock::now() + ttl);
       r.state = {};
     } else {
       alloc_.retire(r.state);
@@ -474,121 +306,42 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   finish(r, stopped ? FinishReason::kStop : FinishReason::kLength, "", std::move(out));
 }
 
-void Engine::remove_finished() {
-  if (unremoved_ == 0) return;  // nothing finished since the last sweep: no scan
-  unremoved_ = 0;
-  auto gone = [](const std::unique_ptr<Live>& r) { return r->done; };
-  int n = 0;
-  for (auto& r : running_) n += r->done;
-  for (auto& r : waiting_) n += r->done;
-  if (n == 0) return;
-  running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.finished += n;
-}
-
 bool Engine::step() {
   const auto t0 = Clock::now();
   StepReport report;
   drain_inbox();
-  if (opts_.before_busy_step && !(running_.empty() && waiting_.empty())) opts_.before_busy_step();
-  // One pass over the running requests: end the cancelled and expired, plan every other one's
-  // chunk (decoders: their last token) and what the step's token budget has left for admission.
-  ForwardBatch& batch = batch_;  // members, so a step allocates nothing in steady state
-  std::vector<Live*>& decoders = candidates_;
-  std::vector<Live*>& prefills = in_batch_;
-  std::vector<Live*>& kept = kept_;
-  batch.clear();
-  decoders.clear();
-  prefills.clear();
-  kept.clear();
-  bool worked = false, any_cached = false;
-  int32_t unplanned = opts_.step_token_budget;
-  // The batch takes decoders first, then prefill chunks while the token budget lasts. A decoder
-  // whose pages already hold its next token goes straight in (most steps, most requests).
-  int32_t budget = opts_.step_token_budget;
-  for (auto& rp : running_) {
-    Live* r = rp.get();
-    if (expired(*r, t0)) continue;
-    any_cached |= r->has_cached_logits;
-    const int32_t left = r->total - r->fed;
-    if (left <= 0) continue;
-    if (left == 1) {  // a decoder: its chunk is its last token
-      r->end = r->total;
-      --unplanned;
-      if (r->end <= r->state.capacity_tokens && budget > 0) {
-        --budget;
-        kept.push_back(r);
-      } else {
-        decoders.push_back(r);
-      }
-      continue;
-    }
-    r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
-    unplanned -= r->end - r->fed;
-    prefills.push_back(r);
-  }
-  expire(t0);
-  const size_t before = running_.size();
-  admit(unplanned);
-  for (size_t i = before; i < running_.size(); ++i) {  // the newly admitted
-    Live* r = running_[i].get();
-    any_cached |= r->has_cached_logits;
-    if (r->done || r->fed >= r->total) continue;
-    r->end = chunk_end(r->fed, r->total, opts_.prefill_chunk);
-    prefills.push_back(r);
-  }
+  if (opts_.before_busy_step && !scheduler_.empty()) opts_.before_busy_step();
+  bool worked = false;
+  const bool any_cached = scheduler_.begin_step(t0);
   const int64_t V = model_.config.vocab_size;
   if (any_cached)  // whole-prompt cache hits sample straight from the stored logits
-    for (auto& r : running_)
-      if (!r->done && r->has_cached_logits) {
-        std::vector<float> logits = std::move(r->cached_logits);
-        r->cached_logits.clear();
-        r->has_cached_logits = false;
-        const auto ts = Clock::now();
-        SampledToken token = sample_token(logits.data(), static_cast<int>(V), r->p.sampling,
-                                          r->history, r->generated, r->p.return_logprob);
-        report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
-        emit_token(*r, std::move(token));
-        worked = true;
-      }
-  for (std::vector<Live*>* group : {&decoders, &prefills})
-    for (Live* r : *group) {
-      if (r->done || !r->state.allocated() || r->fed >= r->total) continue;  // preempted meanwhile
-      if (r->end - r->fed > budget) continue;
-      if (r->end > r->state.capacity_tokens &&
-          !make_room(*r, r->end)) {  // most steps: room already
-        finish(*r, FinishReason::kError, "out of state memory: the pool cannot hold this request");
-        continue;
-      }
-      budget -= r->end - r->fed;
-      kept.push_back(r);
+    for (auto& sp : scheduler_.running()) {
+      Live& r = live(*sp);
+      if (r.done || !r.has_cached_logits) continue;
+      std::vector<float> logits = std::move(r.cached_logits);
+      r.cached_logits.clear();
+      r.has_cached_logits = false;
+      const auto ts = Clock::now();
+      SampledToken token = sample_token(logits.data(), static_cast<int>(V), r.p.sampling, r.history,
+                                        r.generated, r.p.return_logprob);
+      report.sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+      emit_token(r, std::move(token));
+      worked = true;
     }
-  // Spares serve the admissions and growth right after the turnovers that retired them (the
-  // steps above). What they did not take goes back to the pool, whose free list reuses pages
-  // before it touches new ones: spares kept across steps would raise the pool's high-water mark,
-  // and the server's memory, by as many pages as they hold.
-  if (alloc_.spare_count() > 0) alloc_.release_spares();
+  ForwardBatch& batch = batch_;  // a member, so a step allocates nothing in steady state
+  const std::vector<Sequence*>& kept = scheduler_.fill_batch(batch);
   // Rows that end their request's known tokens get a token; the backend samples them (on the
-  // device for a GPU backend) and returns only the tokens. Requests make_room preempted after
-  // they were placed in the batch are dropped from it on the way.
+  // device for a GPU backend) and returns only the tokens.
   std::vector<SampleRow>& rows = sample_rows_;
   rows.clear();
-  size_t placed = 0;
-  for (Live* rp : kept) {
-    if (rp->done || !rp->state.allocated()) continue;
-    const size_t i = placed++;
-    kept[i] = rp;
-    const Live& r = *rp;
-    batch.add_sequence(r.tokens.data() + r.fed, r.end - r.fed, r.fed, r.state);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Live& r = live(*kept[i]);
     (r.end - r.fed == 1 && r.generated > 0 ? report.decode_rows : report.prefill_rows) +=
         r.end - r.fed;
     if (r.end == r.total)
       rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
                       static_cast<uint64_t>(r.generated), r.return_logprob});
   }
-  kept.resize(placed);
   if (!kept.empty()) {
     worked = true;
     const auto tf = Clock::now();
@@ -602,7 +355,7 @@ bool Engine::step() {
     report.mixer_seconds = &backend_->mixer_seconds();
     size_t next = 0;  // sampled_tokens_[next] is the token of the next row in `rows`
     for (size_t i = 0; i < kept.size(); ++i) {
-      Live& r = *kept[i];
+      Live& r = live(*kept[i]);
       r.fed = r.end;
       if (r.fed != r.total) continue;
       if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens &&
@@ -614,12 +367,11 @@ bool Engine::step() {
       emit_token(r, std::move(sampled_tokens_[next++]));
     }
   }
-  remove_finished();
+  scheduler_.remove_finished();
   const auto now = Clock::now();
   report.step_s = std::chrono::duration<double>(now - t0).count();
   // The pool's detailed accounting walks every request's pages: ten times a second is enough.
-  const bool detailed =
-      now >= next_detail_ || !worked || (running_.empty() && waiting_.empty());  // and when idle
+  const bool detailed = now >= next_detail_ || !worked || scheduler_.empty();  // and when idle
   if (detailed) next_detail_ = now + std::chrono::milliseconds(100);
   update_stats(detailed);
   {
@@ -635,8 +387,10 @@ bool Engine::step() {
 
 void Engine::update_stats(bool detailed) {
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.running = static_cast<int>(running_.size());
-  stats_.waiting = static_cast<int>(waiting_.size() + inbox_.size());
+  stats_.running = static_cast<int>(scheduler_.running().size());
+  stats_.waiting = static_cast<int>(scheduler_.waiting().size() + inbox_.size());
+  stats_.preemptions = scheduler_.preemptions();
+  stats_.finished = scheduler_.finished();
   stats_.pages_used = pool_.used() - alloc_.spare_count();  // spares are free to any request
   stats_.pages_total = pool_.total();
   ++stats_.steps;
@@ -645,7 +399,7 @@ void Engine::update_stats(bool detailed) {
   int32_t pages[3] = {0, 0, 0};
   int64_t live = 0, allocated = 0;
   const auto& layouts = backend_->state_layouts();
-  for (const auto& r : running_) {
+  for (const auto& r : scheduler_.running()) {
     if (!r->state.allocated()) continue;
     for (size_t l = 0; l < layouts.size(); ++l) {
       const int32_t n = static_cast<int32_t>(r->state.layer_pages[l].size());
@@ -666,7 +420,7 @@ std::string Engine::verify() const {
   const auto& layouts = backend_->state_layouts();
   const int64_t pf = backend_->page_floats();
   std::string err;
-  for (const auto& r : running_)
+  for (const auto& r : scheduler_.running())
     for (size_t l = 0; l < r->state.layer_pages.size(); ++l)
       for (size_t i = 0; i < r->state.layer_pages[l].size(); ++i) {
         const int32_t p = r->state.layer_pages[l][i];

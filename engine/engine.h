@@ -21,6 +21,7 @@
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "engine/sequence_state.h"
 #include "engine/session_file.h"
 #include "engine/stop_matcher.h"
@@ -32,18 +33,18 @@ struct StepReport {
   int decode_rows = 0, prefill_rows = 0, sequences = 0;
   double forward_s = 0, sample_s = 0, step_s = 0;  // step_s includes the other two
   double schedule_s = 0;  // from the step's start to the forward call: admission and batching
-  const ForwardBatch* batch = nullptr;              // what ran (valid during the callback)
+  const ForwardBatch* batch = nullptr;                 // what ran (valid during the callback)
   const std::vector<double>* mixer_seconds = nullptr;  // per layer, measured by the backend
 };
 
 struct EngineOptions {
-  int max_batch = 256;            // running requests
-  int max_queue = 1024;           // waiting requests; beyond: kQueueFull (HTTP 429)
+  int max_batch = 256;              // running requests
+  int max_queue = 1024;             // waiting requests; beyond: kQueueFull (HTTP 429)
   int32_t step_token_budget = 512;  // rows per forward pass (decode rows + prefill chunks)
-  int32_t prefill_chunk = 256;    // prefill advances in chunks ending at multiples of this
-  int cache_entries = 4096;       // prefix-cache and session entries (0: no prefix reuse)
-  int32_t cache_min_tokens = 16;  // shorter prompts are not snapshotted (their prefill is cheap)
-  double session_ttl_s = 600;     // a named session's state is kept this long after its turn
+  int32_t prefill_chunk = 256;      // prefill advances in chunks ending at multiples of this
+  int cache_entries = 4096;         // prefix-cache and session entries (0: no prefix reuse)
+  int32_t cache_min_tokens = 16;    // shorter prompts are not snapshotted (their prefill is cheap)
+  double session_ttl_s = 600;       // a named session's state is kept this long after its turn
   std::function<void(const StepReport&)> on_step;  // optional; must be quick
   // Called on the engine thread at the start of every step that has requests to work on. For
   // tests that stall the engine (the liveness check, docs/api.md); empty in production.
@@ -59,7 +60,7 @@ struct SubmitResult {
 };
 
 struct EngineStats {
-  int running = 0, waiting = 0;  // waiting: submitted and not yet admitted
+  int running = 0, waiting = 0;        // waiting: submitted and not yet admitted
   int max_running = 0, max_queue = 0;  // the limits (EngineOptions max_batch, max_queue)
   int32_t pages_used = 0, pages_total = 0;
   uint64_t steps = 0, preemptions = 0, finished = 0;
@@ -133,19 +134,13 @@ class Engine {
   // model_fingerprint of this engine's model and its backend's state layouts, computed once.
   uint64_t fingerprint();
 
+  struct Live;  // a request's record (engine.cc)
+
  private:
-  struct Live;
   void drain_inbox();
-  void expire(Clock::time_point now);
-  void admit(int32_t budget);
-  bool expired(Live& r, Clock::time_point now);
-  bool make_room(Live& r, int64_t tokens);
-  bool start_from_cache(Live& r);
   void update_stats(bool detailed);
-  void preempt(Live& victim);
   void finish(Live& r, FinishReason reason, const std::string& error = "", TokenOutput out = {});
   void emit_token(Live& r, SampledToken&& sampled);
-  void remove_finished();
   void run_on_engine(const std::function<void()>& fn);  // see list_sessions
   void run_tasks();
   std::string import_now(SessionRecord& r);
@@ -157,14 +152,13 @@ class Engine {
   PagePool pool_;
   StateAllocator alloc_;
   PrefixCache cache_;
-  Clock::time_point next_expiry_, next_detail_;
-  std::vector<int> layer_kind_;
-  std::vector<float> logits_;  // a prompt's last logits row for a cache snapshot, reused
-  std::vector<SampleRow> sample_rows_;         // the rows a step samples
+  Scheduler scheduler_;  // engine thread only (and stop(), once the thread has ended)
+  Clock::time_point next_detail_;
+  std::vector<int> layer_kind_;         // per layer: its StateKind, an index into the page counts
+  std::vector<float> logits_;           // a prompt's last logits row for a cache snapshot, reused
+  std::vector<SampleRow> sample_rows_;  // the rows a step samples
   std::vector<SampledToken> sampled_tokens_;  // their tokens, from the backend
-  int unremoved_ = 0;  // requests finished since remove_finished last swept them out
   ForwardBatch batch_;
-  std::vector<Live*> candidates_, in_batch_, kept_;  // per layer: 0 constant, 1 ring buffer, 2 per-token (K/V)
 
   mutable std::mutex mu_;  // guards inbox_, cancels_, stats_ and the counters below
   std::condition_variable wake_;
@@ -175,11 +169,6 @@ class Engine {
   uint64_t next_id_ = 1;
   int queued_ = 0;  // inbox + waiting, for the queue limit
   EngineStats stats_;
-
-  // Engine thread only.
-  std::deque<std::unique_ptr<Live>> waiting_;  // sorted by (priority, arrival)
-  std::vector<std::unique_ptr<Live>> running_;
-  uint64_t arrivals_ = 0;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

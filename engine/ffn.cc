@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cpu/load_linear.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/vec_math.h"
+#include "engine/layer_part.h"
 #include "engine/mixers/registry.h"
 
 namespace mixserve {

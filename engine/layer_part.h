@@ -9,6 +9,7 @@
 
 #include "engine/state_view.h"
 #include "engine/weight_format.h"
+#include "engine/weight_spec.h"
 
 namespace mixserve {
 
@@ -42,12 +43,6 @@ class CpuLayerPart {
  public:
   virtual ~CpuLayerPart() = default;
   virtual void forward(const SeqBatch& batch, const float* x, float* y, CpuContext& ctx) = 0;
-};
-
-// Name and shape of one weight tensor a layer part needs (names as in docs/model-format.md).
-struct WeightSpec {
-  std::string name;
-  std::vector<int64_t> shape;
 };
 
 // Looks up a float32 weight by full tensor name; the loader has validated names and shapes.

@@ -22,13 +22,22 @@ struct StateTensor {
   float init = 0.0f;  // value of every element in a fresh state (a running max starts very low)
 };
 
+// How a layer's state is sized (docs/scheduler.md): a constant-size state (RetNet's S, RWKV's
+// sums), a ring buffer of the last W tokens (fixed too, but its size is the window's), or per-token
+// rows that grow with the sequence (K/V). The pool's statistics count pages by kind.
+enum class StateKind { kConstant, kRing, kGrowing };
+
 struct StateLayout {
-  int64_t fixed_floats = 0;  // always a multiple of d (every tensor starts on a row)
-  int64_t token_floats = 0;  // 0 for constant-size states
+  int64_t fixed_floats = 0;               // always a multiple of d (every tensor starts on a row)
+  int64_t token_floats = 0;               // 0 for constant-size states
+  StateKind kind = StateKind::kConstant;  // the largest kind of its tensors (growing > ring)
   std::vector<StateTensor> tensors;
 
   // Appends a fixed tensor at the next row boundary (rows of `row` floats).
-  void add_fixed(const std::string& name, std::vector<int64_t> shape, int64_t row, float init = 0.0f);
+  void add_fixed(const std::string& name, std::vector<int64_t> shape, int64_t row,
+                 float init = 0.0f);
+  // Appends a fixed tensor that holds the last tokens' rows (a window): a ring buffer.
+  void add_ring(const std::string& name, std::vector<int64_t> shape, int64_t row);
   void add_per_token(const std::string& name, std::vector<int64_t> shape);
   int64_t floats_for(int64_t tokens) const { return fixed_floats + tokens * token_floats; }
   // Merges `other` (e.g. the FFN's state) after this layout's fixed region, prefixing names.

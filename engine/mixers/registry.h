@@ -6,13 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/cpu/gemm.h"
-#include "engine/cpu/ops.h"
-#include "engine/layer_part.h"
 #include "engine/model_config.h"
 #include "engine/state_layout.h"
+#include "engine/weight_spec.h"
 
 namespace mixserve {
+
+class CpuLayerPart;  // engine/layer_part.h: a mixer's CPU part, built by make_cpu
+class WeightSource;
 
 // Analytic cost of one token at 1-based position t (docs/cost-model.md).
 struct OpCost {
@@ -40,12 +41,5 @@ StateLayout layer_state_layout(const ModelConfig& cfg, int layer);
 // {name.weight [out, in]} plus {name.bias [out]} when the model has biases.
 void add_linear_spec(std::vector<WeightSpec>& specs, const std::string& name, int64_t out,
                      int64_t in, bool bias);
-// The projection `name` (weight [out, in], bias when the model has them), packed for the CPU.
-PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t out, int64_t in,
-                         bool bias);
-// Several projections of the same input stacked into one [Σ out, in] weight, so e.g. q, k and v
-// come out of one GEMM (output columns in the order of names).
-PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
-                        const std::vector<std::string>& names, int64_t out, int64_t in, bool bias);
 
 }  // namespace mixserve

@@ -241,8 +241,11 @@ TEST(Scheduler, RequestsOutgrowTheirReservedListsToTheirLastToken) {
     });
     ASSERT_EQ(r.status, SubmitStatus::kOk) << r.message;
   }
-  for (int step = 1; e.step(); ++step)
-    if (step % 256 == 0) ASSERT_EQ(e.verify(), "") << "after step " << step;
+  for (int step = 1; e.step(); ++step) {
+    if (step % 256 == 0) {
+      ASSERT_EQ(e.verify(), "") << "after step " << step;
+    }
+  }
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].finish, FinishReason::kLength) << i;
     EXPECT_EQ(got[i].usage.completion_tokens, max_tokens[i]) << i;

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cpu/load_linear.h"
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/vec_math.h"
+#include "engine/layer_part.h"
 #include "engine/mixers/common.h"
 
 namespace mixserve {
@@ -30,8 +33,8 @@ StateLayout aft_state(const ModelConfig& cfg, const LayerConfig& layer) {
   s.add_fixed("num", {d}, d);
   s.add_fixed("den", {d}, d);
   if (layer.kind == MixerKind::kAftLocal) {
-    s.add_fixed("ring_k", {layer.window, d}, d);
-    s.add_fixed("ring_v", {layer.window, d}, d);
+    s.add_ring("ring_k", {layer.window, d}, d);
+    s.add_ring("ring_v", {layer.window, d}, d);
   }
   return s;
 }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cpu/load_linear.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/layer_part.h"
 
 namespace mixserve {
 
@@ -29,7 +31,7 @@ std::vector<WeightSpec> extractor_weights(const ModelConfig& cfg, const LayerCon
 
 StateLayout extractor_state(const ModelConfig& cfg, const LayerConfig& layer) {
   StateLayout s;
-  s.add_fixed("ring", {layer.window, cfg.d_model}, cfg.d_model);
+  s.add_ring("ring", {layer.window, cfg.d_model}, cfg.d_model);
   return s;
 }
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/cpu/load_linear.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/vec_math.h"
+#include "engine/layer_part.h"
 #include "engine/mixers/common.h"
 
 namespace mixserve {

@@ -2,7 +2,10 @@
 
 #include <cmath>
 
+#include "engine/cpu/load_linear.h"
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/layer_part.h"
 #include "engine/mixers/common.h"
 
 namespace mixserve {

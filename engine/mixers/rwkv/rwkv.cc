@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cpu/load_linear.h"
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/vec_math.h"
+#include "engine/layer_part.h"
 
 namespace mixserve {
 
