@@ -28,7 +28,7 @@ WORKDIR /src
 COPY . .
 RUN cmake --preset release -DMIXSERVE_CUDA=OFF -DMIXSERVE_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=${MARCH}" \
  && cmake --build --preset release --target mixserve \
- && deploy/docker/stage build/release/server/mixserve /stage
+ && deploy/docker/stage build/release/app/mixserve /stage
 
 # ---- GPU build: nvcc and the CUDA libraries from NVIDIA's Debian 12 repository
 FROM deps AS build-gpu
@@ -48,7 +48,7 @@ COPY . .
 RUN cmake --preset release -DMIXSERVE_CUDA=ON -DMIXSERVE_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=${MARCH}" \
       -DMIXSERVE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
  && cmake --build --preset release --target mixserve \
- && deploy/docker/stage build/release/server/mixserve /stage
+ && deploy/docker/stage build/release/app/mixserve /stage
 
 # ---- what both runtime images share
 FROM debian:12-slim AS runtime

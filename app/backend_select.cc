@@ -1,4 +1,4 @@
-#include "server/backend_select.h"
+#include "app/backend_select.h"
 
 #include <stdexcept>
 #include <string>

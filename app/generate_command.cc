@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "engine/engine.h"
-#include "server/backend_select.h"
-#include "server/commands.h"
-#include "server/sampling_flags.h"
+#include "app/backend_select.h"
+#include "app/commands.h"
+#include "app/sampling_flags.h"
 
 namespace mixserve {
 

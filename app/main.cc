@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli/flags.h"
-#include "server/commands.h"
+#include "app/commands.h"
 
 namespace {
 const char* kUsage =

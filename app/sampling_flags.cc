@@ -1,4 +1,4 @@
-#include "server/sampling_flags.h"
+#include "app/sampling_flags.h"
 
 namespace mixserve {
 

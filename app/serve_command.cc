@@ -14,8 +14,8 @@
 
 #include "cli/flags.h"
 #include "engine/mixers/registry.h"
-#include "server/backend_select.h"
-#include "server/commands.h"
+#include "app/backend_select.h"
+#include "app/commands.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
 #include "server/metrics.h"

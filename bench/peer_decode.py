@@ -60,7 +60,7 @@ def build(build_dir):
         subprocess.run(["cmake", "--preset", "release", "-B", build_dir, "-DMIXSERVE_CUDA=OFF"], cwd=ROOT, check=True)
     print(f"[build] mixserve-bench, mixserve in {build_dir}", flush=True)
     subprocess.run(["cmake", "--build", build_dir, "--target", "mixserve-bench", "mixserve", "-j2"], cwd=ROOT, check=True)
-    return os.path.join(build_dir, "bench", "mixserve-bench"), os.path.join(build_dir, "server", "mixserve")
+    return os.path.join(build_dir, "bench", "mixserve-bench"), os.path.join(build_dir, "app", "mixserve")
 
 
 def install_peer(node_dir):

@@ -13,7 +13,7 @@
 
 #include "bench/bench_args.h"
 #include "engine/engine.h"
-#include "server/backend_select.h"
+#include "app/backend_select.h"
 
 namespace mixserve {
 namespace {

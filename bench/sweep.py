@@ -6,7 +6,7 @@ For each transport (gRPC, REST/SSE) and each offered request rate, runs mixserve
 bench/results/serving-<date>.json (every point, with the machine and the commands) and
 serving-<date>.png (TTFT, TPOT, ITL and E2E latency against achieved throughput).
 
-  /usr/bin/python3 bench/sweep.py --start-server     # starts build/release/server/mixserve itself
+  /usr/bin/python3 bench/sweep.py --start-server     # starts build/release/app/mixserve itself
   /usr/bin/python3 bench/sweep.py --grpc-port 50051 --http-port 8000   # a server already running
 """
 import argparse
@@ -29,7 +29,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--start-server", action="store_true", help="start a server on free ports and stop it at the end")
-    p.add_argument("--server-bin", default=os.path.join(ROOT, "build/release/server/mixserve"))
+    p.add_argument("--server-bin", default=os.path.join(ROOT, "build/release/app/mixserve"))
     p.add_argument("--model", default="models/default", help="model directory for --start-server")
     p.add_argument("--server-args", default="--threads 1",
                    help="more flags for --start-server (default leaves one of two cores to the clients)")

@@ -11,7 +11,7 @@
 #include <regex>
 #include <string>
 
-#include "server/backend_select.h"
+#include "app/backend_select.h"
 #include "tests/server/harness.h"
 
 namespace mixserve::testing {
