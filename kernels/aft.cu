@@ -126,7 +126,7 @@ __global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, i
 __global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, int d) {
   const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
   for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
-    *pages.at(s, static_cast<int64_t>(pos) * 2 * d + i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
+    *pages.token_row(s, pos, 2 * d, i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
 }
 
 // AFT-full, one thread per (row, channel): Σ_j e^{k_j + w[pos, j]} v_j / Σ_j e^{k_j + w[pos, j]},
@@ -137,8 +137,8 @@ __global__ void aft_full_kernel(DevBatch b, DevPages pages, const float* qkv, in
   if (c >= d) return;
   const int pos = b.row_pos[r], s = b.row_seq[r];
   const float* w = pos_bias + static_cast<int64_t>(pos) * l;
-  auto key = [&](int j) { return *pages.at(s, static_cast<int64_t>(j) * 2 * d + c); };
-  auto value = [&](int j) { return *pages.at(s, static_cast<int64_t>(j) * 2 * d + d + c); };
+  auto key = [&](int j) { return *pages.token_row(s, j, 2 * d, c); };
+  auto value = [&](int j) { return *pages.token_row(s, j, 2 * d, d + c); };
   float m = -INFINITY;
   for (int j = pos; j >= 0; --j) m = fmaxf(m, key(j) + w[j]);
   float num = 0.0f, den = 0.0f;

@@ -29,7 +29,7 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
     __syncthreads();
   }
   for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
-    *pages.at(s, static_cast<int64_t>(pos) * 2 * d + i) = row[d + i];
+    *pages.token_row(s, pos, 2 * d, i) = row[d + i];
 }
 
 // One block per (row, head): scores[j] = q·k_j / √h for j ≤ pos, softmax, out = Σ_j weight · v_j.
@@ -44,7 +44,7 @@ __global__ void attention_kernel(DevBatch b, DevPages pages, const float* qkv, i
   const float scale = 1.0f / sqrtf(static_cast<float>(h));
   float mx = -INFINITY;
   for (int j = threadIdx.x; j < T; j += blockDim.x) {
-    const float* k = pages.at(s, static_cast<int64_t>(j) * 2 * d + hd * h);  // h floats, one page
+    const float* k = pages.token_row(s, j, 2 * d, hd * h);  // h floats, one page
     float dot = 0.0f;
     for (int c = 0; c < h; ++c) dot = __fadd_rn(dot, __fmul_rn(q[c], k[c]));
     sc[j] = dot * scale;
@@ -62,7 +62,7 @@ __global__ void attention_kernel(DevBatch b, DevPages pages, const float* qkv, i
   for (int c = threadIdx.x; c < h; c += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < T; ++j)
-      acc = fmaf(sc[j], *pages.at(s, static_cast<int64_t>(j) * 2 * d + d + hd * h + c), acc);
+      acc = fmaf(sc[j], *pages.token_row(s, j, 2 * d, d + hd * h + c), acc);
     out[static_cast<int64_t>(r) * d + hd * h + c] = acc;
   }
 }

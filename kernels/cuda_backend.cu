@@ -243,7 +243,8 @@ struct CudaBackend::Impl {
     embed(stream, b, R, d, embed_params, x.get());
     Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
     for (int l = 0; l < n_layers; ++l) {
-      DevPages pg{pool.get(), page_floats, meta_dev.get() + table + int64_t{l} * (S + 1), pages};
+      DevPages pg{pool.get(), page_floats, meta_dev.get() + table + int64_t{l} * (S + 1), pages,
+                  layouts[l].fixed_floats};
       PartStep st{stream, b, pg, x.get(), s, layers[l].ln1, R, d};
       if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
       layers[l].mixer->forward(st);

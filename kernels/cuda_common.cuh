@@ -40,11 +40,18 @@ struct DevPages {
   int32_t page_floats = 0;
   const int32_t* start = nullptr;  // [n_seq + 1]
   const int32_t* pages = nullptr;
+  // Where the per-token rows begin: the layer's fixed region (StateLayout::fixed_floats), which
+  // holds the FFN's state too (rwkv_channel_mix's x_prev) after the mixer's own.
+  int64_t token_base = 0;
 
   // Address of logical float `flat` of sequence s; a row-aligned run of ≤ d floats is contiguous.
   __device__ float* at(int s, int64_t flat) const {
     const int32_t* p = pages + start[s];
     return pool + static_cast<int64_t>(p[flat / page_floats]) * page_floats + flat % page_floats;
+  }
+  // Float `i` of token `token`'s row of `token_floats` floats, of sequence s.
+  __device__ float* token_row(int s, int64_t token, int64_t token_floats, int64_t i = 0) const {
+    return at(s, token_base + token * token_floats + i);
   }
 };
 

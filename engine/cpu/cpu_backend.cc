@@ -109,7 +109,8 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   for (int l = 0; l < cfg_.n_layers; ++l) {
     for (int s = 0; s < n_seq; ++s) {
       const std::vector<int32_t>& pages = b.states[s]->layer_pages[l];
-      views[s] = {memory_.get(), pages.data(), static_cast<int32_t>(pages.size()), page_floats_};
+      views[s] = {memory_.get(), pages.data(), static_cast<int32_t>(pages.size()), page_floats_,
+                  layouts_[l].fixed_floats};
     }
     Layer& L = layers_[l];
     layer_norm(x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());

@@ -104,8 +104,8 @@ class CpuAft : public CpuLayerPart {
       return;
     }
     if (kind_ == MixerKind::kAftFull) {
-      std::memcpy(st.at(pos * 2 * d), k, sizeof(float) * d);
-      std::memcpy(st.at(pos * 2 * d + d), v, sizeof(float) * d);
+      std::memcpy(st.token_row(pos, 2 * d), k, sizeof(float) * d);
+      std::memcpy(st.token_row(pos, 2 * d, d), v, sizeof(float) * d);
       weighted_mean(st, pos, pos + 1, q, out, scratch, nullptr);
       return;
     }
@@ -128,10 +128,10 @@ class CpuAft : public CpuLayerPart {
     const int64_t d = d_;
     const bool full = kind_ == MixerKind::kAftFull;
     auto key = [&](int64_t lag) {
-      return full ? st.at((pos - lag) * 2 * d) : st.at(3 * d + ((pos - lag) % s_) * d);
+      return full ? st.token_row(pos - lag, 2 * d) : st.at(3 * d + ((pos - lag) % s_) * d);
     };
     auto value = [&](int64_t lag) {
-      return full ? st.at((pos - lag) * 2 * d + d) : st.at((3 + s_) * d + ((pos - lag) % s_) * d);
+      return full ? st.token_row(pos - lag, 2 * d, d) : st.at((3 + s_) * d + ((pos - lag) % s_) * d);
     };
     auto bias = [&](int64_t lag) {
       return full ? pos_bias_[pos * l_ + (pos - lag)] : pos_bias_[pos * s_ + lag];

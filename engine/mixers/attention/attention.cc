@@ -89,8 +89,8 @@ void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h
   s.k_rows.resize(T);
   s.v_rows.resize(T);
   for (int64_t j = 0; j < T; ++j) {  // each row's address once (a division by the page size)
-    s.k_rows[j] = st.at(j * 2 * d) + c0;
-    s.v_rows[j] = st.at(j * 2 * d + d) + c0;
+    s.k_rows[j] = st.token_row(j, 2 * d) + c0;
+    s.v_rows[j] = st.token_row(j, 2 * d, d) + c0;
   }
   float* prod = s.prod.data();
   for (int64_t j = 0; j < T; ++j) {
@@ -168,8 +168,8 @@ class CpuAttention : public CpuLayerPart {
             rope_.apply(q + hd * h_, pos);
             rope_.apply(q + d + hd * h_, pos);
           }
-        std::memcpy(b.state[s].at(pos * 2 * d), q + d, sizeof(float) * d);
-        std::memcpy(b.state[s].at(pos * 2 * d + d), q + 2 * d, sizeof(float) * d);
+        std::memcpy(b.state[s].token_row(pos, 2 * d), q + d, sizeof(float) * d);
+        std::memcpy(b.state[s].token_row(pos, 2 * d, d), q + 2 * d, sizeof(float) * d);
       }
     attn_.resize(rows * d);
     // One task per (row, group of heads): scores[h][j] = q_h·k_j,h/√h, softmax over j ≤ pos per

@@ -1,0 +1,36 @@
+// The CUDA backend op by op: the check tests/engine/test_backend_ops.cc runs on the CPU backend
+// (random models around every mixer, random page sizes, random batches of prefill chunks and
+// decode rows, every logits row against the float64 model), with float32 weights, CUDA graphs on
+// and off. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include "kernels/cuda_backend.h"
+#include "tests/support/backend_ops.h"
+
+namespace mixserve::testing {
+namespace {
+
+class CudaBackendOps : public ::testing::TestWithParam<MixerKind> {};
+
+TEST_P(CudaBackendOps, EveryRowMatchesTheFloat64Model) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(1234 + static_cast<int>(GetParam()));
+  for (int model = 0; model < 24; ++model) {
+    const RandomModel m = random_model(GetParam(), rng);
+    CudaBackendOptions o;
+    o.pool_bytes = 8 << 20;
+    o.page_floats =
+        static_cast<int32_t>(m.cfg.d_model * std::uniform_int_distribution<int>(1, 3)(rng));
+    o.graphs = model % 2 == 0;
+    CudaBackend backend(m.cfg, m.weights, o);
+    const OpsResult r = check_backend_ops(backend, m, rng, /*sequences=*/5, /*tolerance=*/1e-4);
+    EXPECT_EQ(r.failure, "") << "model " << model << ", page_floats " << o.page_floats
+                             << ", graphs " << o.graphs;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixers, CudaBackendOps, ::testing::ValuesIn(all_mixer_kinds()),
+                         [](const auto& info) { return std::string(mixer_kind_name(info.param)); });
+
+}  // namespace
+}  // namespace mixserve::testing

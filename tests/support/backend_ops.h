@@ -1,0 +1,49 @@
+// Backends checked op by op (issue #23 item 5; llama.cpp's test-backend-ops is the anchor): a
+// random model around one mixer — random d, heads, window, features, FFN kind, positions, norms,
+// biases, a second layer of a random kind — with random weights, run on a backend in random
+// batches (several sequences, prefill chunks and decode rows mixed, each sequence at its own
+// position) and every row's logits compared with tests/support/float64_model.h.
+#pragma once
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/layer_part.h"
+#include "engine/model_config.h"
+
+namespace mixserve::testing {
+
+// Weights held in memory, by tensor name (projections packed in float32: the comparison is with
+// the float64 model of the same weights).
+class MapWeights : public WeightSource {
+ public:
+  std::map<std::string, std::vector<float>> tensors;
+  const float* get(const std::string& name) const override;
+  bool has(const std::string& name) const override { return tensors.count(name) != 0; }
+  WeightFormat linear_format() const override { return WeightFormat::kF32; }
+};
+
+struct RandomModel {
+  ModelConfig cfg;
+  MapWeights weights;
+  std::string config_json;  // what the test prints when it fails
+};
+
+// A model whose first layer is `kind`, everything else drawn from rng.
+RandomModel random_model(MixerKind kind, std::mt19937& rng);
+
+struct OpsResult {
+  std::string failure;  // empty when every row matched
+  double worst = 0;  // largest max|backend − float64| / max|float64| over the rows of a logits row
+  int rows = 0;      // logits rows compared
+};
+
+// Runs `sequences` random sequences through `backend` (built for m) in random batches and
+// compares every row with the float64 model; a row fails above `tolerance`.
+OpsResult check_backend_ops(Backend& backend, const RandomModel& m, std::mt19937& rng,
+                            int sequences, double tolerance);
+
+}  // namespace mixserve::testing

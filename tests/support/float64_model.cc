@@ -1,0 +1,350 @@
+#include "tests/support/float64_model.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace mixserve::testing {
+namespace {
+
+using Vec = std::vector<double>;
+using Seq = std::vector<Vec>;  // [T][width]
+
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+// A weight tensor as doubles.
+struct Weights {
+  const WeightSource& w;
+  float at(const std::string& name, int64_t i) const { return w.get(name)[i]; }
+  bool has(const std::string& name) const { return w.has(name); }
+};
+
+// y = x·Wᵀ (+ b when the checkpoint has name.bias); W is [out, in].
+Vec linear(const Weights& W, const std::string& name, const Vec& x, int64_t out) {
+  const int64_t in = static_cast<int64_t>(x.size());
+  const float* m = W.w.get(name + ".weight");
+  const bool bias = W.has(name + ".bias");
+  Vec y(out);
+  for (int64_t o = 0; o < out; ++o) {
+    double s = bias ? W.at(name + ".bias", o) : 0.0;
+    for (int64_t i = 0; i < in; ++i) s += static_cast<double>(m[o * in + i]) * x[i];
+    y[o] = s;
+  }
+  return y;
+}
+
+Seq linear(const Weights& W, const std::string& name, const Seq& x, int64_t out) {
+  Seq y;
+  for (const Vec& row : x) y.push_back(linear(W, name, row, out));
+  return y;
+}
+
+Vec layer_norm(const Weights& W, const std::string& name, const Vec& x, double eps) {
+  const int64_t d = static_cast<int64_t>(x.size());
+  double mean = 0, var = 0;
+  for (double v : x) mean += v;
+  mean /= d;
+  for (double v : x) var += (v - mean) * (v - mean);
+  var /= d;
+  Vec y(d);
+  for (int64_t i = 0; i < d; ++i)
+    y[i] =
+        (x[i] - mean) / std::sqrt(var + eps) * W.at(name + ".weight", i) + W.at(name + ".bias", i);
+  return y;
+}
+
+// Rotate-half RoPE of one head's slice at position t: x' = x·cos + rotate_half(x)·sin with
+// rotate_half([a, b]) = [−b, a], θ_i = base^(−2i/h).
+void rope(double* x, int64_t h, int64_t t, double base) {
+  for (int64_t i = 0; i < h / 2; ++i) {
+    const double angle = static_cast<double>(t) * std::pow(base, -2.0 * i / h);
+    const double a = x[i], b = x[i + h / 2];
+    x[i] = a * std::cos(angle) - b * std::sin(angle);
+    x[i + h / 2] = b * std::cos(angle) + a * std::sin(angle);
+  }
+}
+
+Seq attention(const Weights& W, const std::string& p, const LayerConfig& l, const Seq& x,
+              int64_t d) {
+  const int64_t T = x.size(), n = l.heads, h = d / n;
+  Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, d);
+  if (l.rope)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hd = 0; hd < n; ++hd) {
+        rope(&q[t][hd * h], h, t, l.rope_base);
+        rope(&k[t][hd * h], h, t, l.rope_base);
+      }
+  Seq o(T, Vec(d, 0.0));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t hd = 0; hd < n; ++hd) {
+      Vec score(t + 1);
+      double m = -1e300;
+      for (int64_t j = 0; j <= t; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < h; ++i) s += q[t][hd * h + i] * k[j][hd * h + i];
+        score[j] = s / std::sqrt(static_cast<double>(h));
+        m = std::max(m, score[j]);
+      }
+      double den = 0;
+      for (int64_t j = 0; j <= t; ++j) den += std::exp(score[j] - m);
+      for (int64_t j = 0; j <= t; ++j)
+        for (int64_t i = 0; i < h; ++i)
+          o[t][hd * h + i] += std::exp(score[j] - m) / den * v[j][hd * h + i];
+    }
+  return linear(W, p + "o", o, d);
+}
+
+// AFT: y_t = σ(q_t) ⊙ Σ_j e^{k_j + w_{t,j}} v_j / Σ_j e^{k_j + w_{t,j}}, with w from the kind.
+Seq aft(const Weights& W, const std::string& p, const LayerConfig& l, const Seq& x, int64_t d,
+        int64_t max_seq_len) {
+  const int64_t T = x.size();
+  Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, d);
+  Seq o(T, Vec(d));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < d; ++c) {
+      double num = 0, den = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        double w = 0;
+        if (l.kind == MixerKind::kAftFull) w = W.at(p + "pos_bias", t * max_seq_len + j);
+        if (l.kind == MixerKind::kAftLocal && t - j < l.window)
+          w = W.at(p + "pos_bias", t * l.window + (t - j));
+        num += std::exp(k[j][c] + w) * v[j][c];
+        den += std::exp(k[j][c] + w);
+      }
+      o[t][c] = sigmoid(q[t][c]) * num / den;
+    }
+  return linear(W, p + "o", o, d);
+}
+
+Seq retnet(const Weights& W, const std::string& p, const LayerConfig& l, const Seq& x, int64_t d) {
+  const int64_t T = x.size(), n = l.heads, h = d / n;
+  Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, d);
+  Seq g = linear(W, p + "g", x, d);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t hd = 0; hd < n; ++hd) {
+      rope(&q[t][hd * h], h, t, l.rope_base);
+      rope(&k[t][hd * h], h, t, l.rope_base);
+      for (int64_t i = 0; i < h; ++i) k[t][hd * h + i] /= std::sqrt(static_cast<double>(h));
+    }
+  Seq y(T, Vec(d));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t hd = 0; hd < n; ++hd) {
+      const double gamma = 1.0 - std::pow(2.0, -5.0 - hd);
+      Vec o(h, 0.0);
+      for (int64_t j = 0; j <= t; ++j) {
+        double qk = 0;
+        for (int64_t i = 0; i < h; ++i) qk += q[t][hd * h + i] * k[j][hd * h + i];
+        for (int64_t i = 0; i < h; ++i) o[i] += std::pow(gamma, t - j) * qk * v[j][hd * h + i];
+      }
+      double mean = 0, var = 0;
+      for (double e : o) mean += e;
+      mean /= h;
+      for (double e : o) var += (e - mean) * (e - mean);
+      var /= h;
+      for (int64_t i = 0; i < h; ++i) {
+        const double gi = g[t][hd * h + i];
+        y[t][hd * h + i] = gi * sigmoid(gi) * (o[i] - mean) / std::sqrt(var + l.gn_eps);
+      }
+    }
+  return linear(W, p + "o", y, d);
+}
+
+// SHE, HE, WE, ME: ext_t = Σ_{λ ≤ min(t, W−1)} (lag λ's weight applied to input t − λ).
+Seq extractor(const Weights& W, const std::string& p, const LayerConfig& l, const Seq& x,
+              int64_t d) {
+  const int64_t T = x.size();
+  const Seq u = l.kind == MixerKind::kHe ? linear(W, p + "inp", x, d) : x;
+  Seq ext(T, Vec(d, 0.0));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t lag = 0; lag <= std::min(t, l.window - 1); ++lag) {
+      const Vec& in = u[t - lag];
+      for (int64_t o = 0; o < d; ++o) {
+        if (l.kind == MixerKind::kShe) {
+          for (int64_t i = 0; i < d; ++i)
+            ext[t][o] += in[i] * W.at(p + "ext", (lag * d + i) * d + o);
+        } else if (l.kind == MixerKind::kMe) {
+          ext[t][o] += in[o] * W.at(p + "ext", lag);
+        } else {
+          ext[t][o] += in[o] * W.at(p + "ext", lag * d + o);
+        }
+      }
+    }
+  if (l.kind == MixerKind::kMe) return ext;
+  Seq adj = linear(W, p + "adj", x, d);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t o = 0; o < d; ++o) adj[t][o] *= ext[t][o];
+  return l.out_proj ? linear(W, p + "out", adj, d) : adj;
+}
+
+// The token shift: each row mixed with the row before it (zeros before the first).
+Seq shifted_mix(const Weights& W, const std::string& mix, const Seq& x) {
+  Seq y = x;
+  for (size_t t = 0; t < x.size(); ++t)
+    for (size_t c = 0; c < x[t].size(); ++c) {
+      const double m = W.at(mix, c), prev = t ? x[t - 1][c] : 0.0;
+      y[t][c] = x[t][c] * m + prev * (1 - m);
+    }
+  return y;
+}
+
+// RWKV-4 time mix: wkv_t = (Σ_{j<t} e^{−(t−1−j)·e^{decay} + k_j} v_j + e^{u + k_t} v_t) / (same
+// without v).
+Seq rwkv(const Weights& W, const std::string& p, const Seq& x, int64_t d) {
+  const int64_t T = x.size();
+  Seq k = linear(W, p + "key", shifted_mix(W, p + "time_mix_k", x), d);
+  Seq v = linear(W, p + "value", shifted_mix(W, p + "time_mix_v", x), d);
+  Seq r = linear(W, p + "receptance", shifted_mix(W, p + "time_mix_r", x), d);
+  Seq y(T, Vec(d));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < d; ++c) {
+      const double w = -std::exp(static_cast<double>(W.at(p + "time_decay", c)));
+      const double u = W.at(p + "time_first", c);
+      double num = std::exp(u + k[t][c]) * v[t][c], den = std::exp(u + k[t][c]);
+      for (int64_t j = 0; j < t; ++j) {
+        num += std::exp((t - 1 - j) * w + k[j][c]) * v[j][c];
+        den += std::exp((t - 1 - j) * w + k[j][c]);
+      }
+      y[t][c] = sigmoid(r[t][c]) * num / den;
+    }
+  return linear(W, p + "output", y, d);
+}
+
+// Linear attention and Performer: o_t = Σ_{j≤t} (φ(q_t)·φ(k_j)) v_j / (Σ_{j≤t} φ(q_t)·φ(k_j) + ε).
+Seq linear_attention(const Weights& W, const std::string& p, const LayerConfig& l, const Seq& x,
+                     int64_t d) {
+  const int64_t T = x.size(), n = l.heads, h = d / n;
+  const bool performer = l.kind == MixerKind::kPerformer;
+  const int64_t m = performer ? l.features : h;
+  auto phi = [&](const double* z) {
+    Vec f(m);
+    if (!performer) {
+      for (int64_t i = 0; i < h; ++i) f[i] = z[i] > 0 ? z[i] + 1 : std::exp(z[i]);
+      return f;
+    }
+    const double s = std::pow(static_cast<double>(h), -0.25);
+    double norm2 = 0;
+    for (int64_t i = 0; i < h; ++i) norm2 += (z[i] * s) * (z[i] * s);
+    for (int64_t r = 0; r < m; ++r) {
+      double dot = 0;
+      for (int64_t i = 0; i < h; ++i) dot += W.at(p + "features", r * h + i) * z[i] * s;
+      f[r] = std::exp(dot - norm2 / 2) / std::sqrt(static_cast<double>(m));
+    }
+    return f;
+  };
+  Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, d);
+  Seq o(T, Vec(d, 0.0));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t hd = 0; hd < n; ++hd) {
+      const Vec fq = phi(&q[t][hd * h]);
+      double den = l.eps;
+      for (int64_t j = 0; j <= t; ++j) {
+        const Vec fk = phi(&k[j][hd * h]);
+        double a = 0;
+        for (int64_t r = 0; r < m; ++r) a += fq[r] * fk[r];
+        den += a;
+        for (int64_t i = 0; i < h; ++i) o[t][hd * h + i] += a * v[j][hd * h + i];
+      }
+      for (int64_t i = 0; i < h; ++i) o[t][hd * h + i] /= den;
+    }
+  return linear(W, p + "o", o, d);
+}
+
+Seq mixer(const ModelConfig& cfg, const Weights& W, int layer, const Seq& x) {
+  const LayerConfig& l = cfg.layers[layer];
+  const std::string p = "layers." + std::to_string(layer) + ".mixer.";
+  const int64_t d = cfg.d_model;
+  switch (l.kind) {
+    case MixerKind::kAttention:
+      return attention(W, p, l, x, d);
+    case MixerKind::kAftSimple:
+    case MixerKind::kAftLocal:
+    case MixerKind::kAftFull:
+      return aft(W, p, l, x, d, cfg.max_seq_len);
+    case MixerKind::kRetnet:
+      return retnet(W, p, l, x, d);
+    case MixerKind::kShe:
+    case MixerKind::kHe:
+    case MixerKind::kWe:
+    case MixerKind::kMe:
+      return extractor(W, p, l, x, d);
+    case MixerKind::kRwkv:
+      return rwkv(W, p, x, d);
+    case MixerKind::kLinear:
+    case MixerKind::kPerformer:
+      return linear_attention(W, p, l, x, d);
+  }
+  throw std::logic_error("float64_model: a mixer kind it does not know");
+}
+
+Seq ffn(const ModelConfig& cfg, const Weights& W, int layer, const Seq& x) {
+  const std::string p = "layers." + std::to_string(layer) + ".ffn.";
+  const int64_t d = cfg.d_model, c = cfg.ffn_dim;
+  if (cfg.ffn == FfnKind::kRwkvChannelMix) {  // RWKV-4's channel mix
+    Seq k = linear(W, p + "key", shifted_mix(W, p + "time_mix_k", x), c);
+    for (Vec& row : k)
+      for (double& e : row) e = e > 0 ? e * e : 0.0;
+    Seq kv = linear(W, p + "value", k, d);
+    Seq r = linear(W, p + "receptance", shifted_mix(W, p + "time_mix_r", x), d);
+    for (size_t t = 0; t < x.size(); ++t)
+      for (int64_t i = 0; i < d; ++i) kv[t][i] *= sigmoid(r[t][i]);
+    return kv;
+  }
+  Seq hdn = linear(W, p + "fc1", x, c);
+  for (Vec& row : hdn)
+    for (double& e : row)
+      e = cfg.activation == Activation::kRelu
+              ? std::max(e, 0.0)
+              : 0.5 * e * (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)));
+  return linear(W, p + "fc2", hdn, d);
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> float64_logits(const ModelConfig& cfg, const WeightSource& ws,
+                                                const std::vector<int32_t>& tokens) {
+  const Weights W{ws};
+  const int64_t T = tokens.size(), d = cfg.d_model, V = cfg.vocab_size;
+  Seq x(T, Vec(d));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      double pos = 0;
+      if (cfg.position == PositionKind::kLearned) pos = W.at("pos_embed.weight", t * d + i);
+      if (cfg.position == PositionKind::kSinusoidal) {  // sin at even channels, cos at odd
+        const double a = t * std::pow(10000.0, -static_cast<double>(i - i % 2) / d);
+        pos = i % 2 == 0 ? std::sin(a) : std::cos(a);
+      }
+      x[t][i] = cfg.embed_scale * W.at("embed.weight", tokens[t] * d + i) + pos;
+    }
+  if (cfg.embed_norm)
+    for (Vec& row : x) row = layer_norm(W, "embed_norm", row, cfg.norm_eps);
+  for (int layer = 0; layer < cfg.n_layers; ++layer) {
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    Seq n1;
+    for (const Vec& row : x) n1.push_back(layer_norm(W, p + "ln1", row, cfg.norm_eps));
+    const Seq m = mixer(cfg, W, layer, n1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < d; ++i) x[t][i] += m[t][i];
+    Seq n2;
+    for (const Vec& row : x) n2.push_back(layer_norm(W, p + "ln2", row, cfg.norm_eps));
+    const Seq f = ffn(cfg, W, layer, n2);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < d; ++i) x[t][i] += f[t][i];
+  }
+  std::vector<std::vector<double>> logits;
+  const std::string head = cfg.tie_embeddings ? "embed" : "head";
+  for (const Vec& row : x) {
+    const Vec n = layer_norm(W, "norm_f", row, cfg.norm_eps);
+    Vec out(V);
+    for (int64_t u = 0; u < V; ++u) {
+      double s = cfg.head_bias ? W.at("head.bias", u) : 0.0;
+      for (int64_t i = 0; i < d; ++i) s += W.at(head + ".weight", u * d + i) * n[i];
+      out[u] = s;
+    }
+    logits.push_back(out);
+  }
+  return logits;
+}
+
+}  // namespace mixserve::testing
