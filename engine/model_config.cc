@@ -8,41 +8,20 @@
 #include <set>
 #include <sstream>
 
+#include "engine/mixers/registry.h"
+
 namespace mixserve {
 
 namespace {
 
 using json = nlohmann::json;
 
-// The 12 mixers and the parameters each accepts (config.py's MIXER_PARAMS).
-struct MixerInfo {
-  MixerKind kind;
-  const char* name;
+// The layer keys a mixer takes besides "mixer" (its row in the mixer table).
+std::set<std::string> mixer_params(MixerKind kind) {
   std::set<std::string> params;
-};
-
-const std::vector<MixerInfo>& mixer_table() {
-  static const std::vector<MixerInfo> table = {
-      {MixerKind::kAttention, "attention", {"heads", "rope", "rope_base"}},
-      {MixerKind::kAftSimple, "aft_simple", {}},
-      {MixerKind::kAftLocal, "aft_local", {"window"}},
-      {MixerKind::kAftFull, "aft_full", {}},
-      {MixerKind::kRetnet, "retnet", {"heads", "rope_base", "gn_eps"}},
-      {MixerKind::kShe, "she", {"window", "out_proj"}},
-      {MixerKind::kHe, "he", {"window", "out_proj"}},
-      {MixerKind::kWe, "we", {"window", "out_proj"}},
-      {MixerKind::kMe, "me", {"window"}},
-      {MixerKind::kRwkv, "rwkv", {}},
-      {MixerKind::kLinear, "linear", {"heads", "eps"}},
-      {MixerKind::kPerformer, "performer", {"heads", "features", "eps"}},
-  };
-  return table;
-}
-
-const MixerInfo& mixer_info(MixerKind kind) {
-  for (const MixerInfo& m : mixer_table())
-    if (m.kind == kind) return m;
-  throw ModelError("unknown mixer kind " + std::to_string(static_cast<int>(kind)));
+  for (const char* p : mixer_info(kind).params)
+    if (p) params.insert(p);
+  return params;
 }
 
 std::string join(const std::set<std::string>& names) {
@@ -133,7 +112,7 @@ MixerKind layer_kind(const json& layer, size_t i, const std::string& source) {
   } catch (const ModelError& e) {
     throw ModelError(prefix + e.what());
   }
-  std::set<std::string> allowed = mixer_info(kind).params;
+  std::set<std::string> allowed = mixer_params(kind);
   allowed.insert("mixer");
   Reader{layer, prefix}.only(allowed, std::string(" for mixer ") + mixer_kind_name(kind));
   return kind;
@@ -143,7 +122,8 @@ MixerKind layer_kind(const json& layer, size_t i, const std::string& source) {
 LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const ModelConfig& cfg,
                         const std::string& source) {
   const Reader r{layer, layer_prefix(source, i)};
-  const std::set<std::string>& params = mixer_info(kind).params;
+  const MixerKindInfo& info = mixer_info(kind);
+  const std::set<std::string> params = mixer_params(kind);
   LayerConfig l;
   l.kind = kind;
   l.heads = r.integer("heads", 1);
@@ -152,12 +132,13 @@ LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const Model
            "=" + std::to_string(l.heads) + " must divide d_model=" + std::to_string(cfg.d_model));
   const int64_t head_size = cfg.d_model / l.heads;
   l.rope = r.boolean("rope", false);
-  if ((l.rope || kind == MixerKind::kRetnet) && head_size % 2 != 0)
+  if ((l.rope || info.always_rotates) && head_size % 2 != 0)
     throw ModelError(r.prefix + "RoPE needs an even head size, got " + std::to_string(head_size));
   // As in config.py, an absent window takes the mixer's default and a null one max_seq_len.
   const bool window_absent = !layer.contains("window");
-  l.window = r.integer("window",
-                       kind == MixerKind::kAftLocal && window_absent ? 32 : cfg.max_seq_len, true);
+  l.window = r.integer(
+      "window", window_absent && info.default_window > 0 ? info.default_window : cfg.max_seq_len,
+      true);
   if (params.count("window") && (l.window < 1 || l.window > cfg.max_seq_len))
     r.fail("window", "=" + std::to_string(l.window) +
                          " must be in [1, max_seq_len=" + std::to_string(cfg.max_seq_len) + "]");
@@ -178,16 +159,14 @@ LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const Model
 }  // namespace
 
 const char* mixer_kind_name(MixerKind kind) {
-  for (const MixerInfo& m : mixer_table())
-    if (m.kind == kind) return m.name;
-  return "?";
+  return static_cast<size_t>(kind) < kMixerKinds ? mixer_info(kind).name : "?";
 }
 
 MixerKind parse_mixer_kind(const std::string& name) {
   std::string known;
-  for (const MixerInfo& m : mixer_table()) {
-    if (name == m.name) return m.kind;
-    known += (known.empty() ? "" : ", ") + std::string(m.name);
+  for (MixerKind kind : all_mixer_kinds()) {
+    if (name == mixer_info(kind).name) return kind;
+    known += (known.empty() ? "" : ", ") + std::string(mixer_info(kind).name);
   }
   throw ModelError("unknown mixer \"" + name + "\" (known: " + known + ")");
 }
@@ -195,7 +174,7 @@ MixerKind parse_mixer_kind(const std::string& name) {
 const std::vector<MixerKind>& all_mixer_kinds() {
   static const std::vector<MixerKind> kinds = [] {
     std::vector<MixerKind> k;
-    for (const MixerInfo& m : mixer_table()) k.push_back(m.kind);
+    for (size_t i = 0; i < kMixerKinds; ++i) k.push_back(static_cast<MixerKind>(i));
     return k;
   }();
   return kinds;

@@ -5,6 +5,7 @@
 // surface as NaNs or an out-of-range token id.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@ enum class MixerKind {
   kLinear,
   kPerformer,
 };
+// How many kinds there are: the mixer table (engine/mixers/registry.cc) has a row for each.
+inline constexpr size_t kMixerKinds = static_cast<size_t>(MixerKind::kPerformer) + 1;
 enum class PositionKind { kLearned, kSinusoidal, kNone };
 enum class Activation { kRelu, kGeluTanh };
 enum class FfnKind { kMlp, kRwkvChannelMix };

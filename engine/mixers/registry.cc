@@ -13,26 +13,116 @@
 namespace mixserve {
 
 namespace {
-const MixerKindInfo kMixers[] = {
-    {MixerKind::kAttention, attention_weights, attention_state, attention_cost, make_cpu_attention},
-    {MixerKind::kAftSimple, aft_weights, aft_state, aft_cost, make_cpu_aft},
-    {MixerKind::kAftLocal, aft_weights, aft_state, aft_cost, make_cpu_aft},
-    {MixerKind::kAftFull, aft_weights, aft_state, aft_cost, make_cpu_aft},
-    {MixerKind::kRetnet, retnet_weights, retnet_state, retnet_cost, make_cpu_retnet},
-    {MixerKind::kShe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
-    {MixerKind::kHe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
-    {MixerKind::kWe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
-    {MixerKind::kMe, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
-    {MixerKind::kRwkv, rwkv_weights, rwkv_state, rwkv_cost, make_cpu_rwkv},
-    {MixerKind::kLinear, linear_weights, linear_state, linear_cost, make_cpu_linear},
-    {MixerKind::kPerformer, linear_weights, linear_state, linear_cost, make_cpu_linear},
+constexpr MixerKindInfo kMixers[] = {
+    {MixerKind::kAttention,
+     "attention",
+     {"heads", "rope", "rope_base"},
+     0,
+     false,
+     attention_weights,
+     attention_state,
+     attention_cost,
+     make_cpu_attention},
+    {MixerKind::kAftSimple,
+     "aft_simple",
+     {},
+     0,
+     false,
+     aft_weights,
+     aft_state,
+     aft_cost,
+     make_cpu_aft},
+    {MixerKind::kAftLocal,
+     "aft_local",
+     {"window"},
+     32,
+     false,
+     aft_weights,
+     aft_state,
+     aft_cost,
+     make_cpu_aft},
+    {MixerKind::kAftFull, "aft_full", {}, 0, false, aft_weights, aft_state, aft_cost, make_cpu_aft},
+    {MixerKind::kRetnet,
+     "retnet",
+     {"heads", "rope_base", "gn_eps"},
+     0,
+     true,
+     retnet_weights,
+     retnet_state,
+     retnet_cost,
+     make_cpu_retnet},
+    {MixerKind::kShe,
+     "she",
+     {"window", "out_proj"},
+     0,
+     false,
+     extractor_weights,
+     extractor_state,
+     extractor_cost,
+     make_cpu_extractor},
+    {MixerKind::kHe,
+     "he",
+     {"window", "out_proj"},
+     0,
+     false,
+     extractor_weights,
+     extractor_state,
+     extractor_cost,
+     make_cpu_extractor},
+    {MixerKind::kWe,
+     "we",
+     {"window", "out_proj"},
+     0,
+     false,
+     extractor_weights,
+     extractor_state,
+     extractor_cost,
+     make_cpu_extractor},
+    {MixerKind::kMe,
+     "me",
+     {"window"},
+     0,
+     false,
+     extractor_weights,
+     extractor_state,
+     extractor_cost,
+     make_cpu_extractor},
+    {MixerKind::kRwkv, "rwkv", {}, 0, false, rwkv_weights, rwkv_state, rwkv_cost, make_cpu_rwkv},
+    {MixerKind::kLinear,
+     "linear",
+     {"heads", "eps"},
+     0,
+     false,
+     linear_weights,
+     linear_state,
+     linear_cost,
+     make_cpu_linear},
+    {MixerKind::kPerformer,
+     "performer",
+     {"heads", "features", "eps"},
+     0,
+     false,
+     linear_weights,
+     linear_state,
+     linear_cost,
+     make_cpu_linear},
 };
+
+// One row per kind, in the enum's order: a kind added to MixerKind without its row (or a row out
+// of place) fails the build here.
+constexpr bool rows_in_enum_order() {
+  for (size_t i = 0; i < std::size(kMixers); ++i)
+    if (static_cast<size_t>(kMixers[i].kind) != i) return false;
+  return true;
+}
+static_assert(std::size(kMixers) == kMixerKinds, "a MixerKind has no row in the mixer table");
+static_assert(rows_in_enum_order(), "the mixer table's rows must follow MixerKind's order");
 }  // namespace
 
 const MixerKindInfo& mixer_info(MixerKind kind) {
-  for (const MixerKindInfo& m : kMixers)
-    if (m.kind == kind) return m;
-  throw std::logic_error("mixer kind missing from the registry");
+  const auto i = static_cast<size_t>(kind);
+  if (i >= std::size(kMixers)) throw std::logic_error("not a mixer kind");
+  return kMixers[i];
 }
 
 StateLayout layer_state_layout(const ModelConfig& cfg, int layer) {

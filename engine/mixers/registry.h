@@ -2,6 +2,7 @@
 // Adding a mixer = one folder under engine/mixers/ plus one line in registry.cc.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@ struct OpCost {
 
 struct MixerKindInfo {
   MixerKind kind;
+  const char* name;  // config.json's "mixer"
+  // The layer keys it takes besides "mixer" (docs/model-format.md), nullptr past the last.
+  std::array<const char*, 3> params;
+  int64_t default_window;  // a window absent from config.json: this; 0 means max_seq_len
+  bool always_rotates;     // RoPE whatever the config says (RetNet): head sizes must be even
   // Tensors under "layers.{i}.mixer." (relative names such as "q.weight").
   std::vector<WeightSpec> (*weights)(const ModelConfig& cfg, const LayerConfig& layer);
   StateLayout (*state)(const ModelConfig& cfg, const LayerConfig& layer);
@@ -33,6 +39,7 @@ struct MixerKindInfo {
                                             const WeightSource& weights, const std::string& prefix);
 };
 
+// The row of `kind` (the table has one per MixerKind, in the enum's order, checked at build time).
 const MixerKindInfo& mixer_info(MixerKind kind);
 
 // The state layout of layer i: its mixer's, then its FFN's.
