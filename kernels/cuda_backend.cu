@@ -73,25 +73,6 @@ std::vector<float> sinusoidal_positions(int64_t T, int64_t d) {  // as the CPU b
   return pe;
 }
 
-std::unique_ptr<CudaPart> make_mixer(const ModelConfig& cfg, const LayerConfig& lc, DeviceWeights& dw,
-                                     const WeightSource& w, const std::string& p) {
-  switch (lc.kind) {
-    case MixerKind::kAttention: return make_cuda_attention(cfg, lc, dw, w, p);
-    case MixerKind::kAftSimple:
-    case MixerKind::kAftLocal:
-    case MixerKind::kAftFull: return make_cuda_aft(cfg, lc, dw, w, p);
-    case MixerKind::kRetnet: return make_cuda_retnet(cfg, lc, dw, w, p);
-    case MixerKind::kShe:
-    case MixerKind::kHe:
-    case MixerKind::kWe:
-    case MixerKind::kMe: return make_cuda_extractor(cfg, lc, dw, w, p);
-    case MixerKind::kRwkv: return make_cuda_rwkv(cfg, lc, dw, w, p);
-    case MixerKind::kLinear:
-    case MixerKind::kPerformer: return make_cuda_linear(cfg, lc, dw, w, p);
-  }
-  throw std::logic_error("mixer kind without a CUDA implementation");
-}
-
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -349,10 +330,10 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
     Impl::Layer L;
     L.ln1 = {dw.f32(w.get(p + "ln1.weight"), d), dw.f32(w.get(p + "ln1.bias"), d), cfg.norm_eps};
     L.ln2 = {dw.f32(w.get(p + "ln2.weight"), d), dw.f32(w.get(p + "ln2.bias"), d), cfg.norm_eps};
-    L.mixer = make_mixer(cfg, lc, dw, w, p + "mixer.");
+    L.mixer = cuda_mixer_factory(lc.kind)(cfg, lc, dw, w, p + "mixer.");
     L.ffn = make_cuda_ffn(cfg, dw, w, p + "ffn.", mixer_info(lc.kind).state(cfg, lc).fixed_floats);
+    partial = std::max(partial, L.mixer->partial_floats_per_row());
     m.layers.push_back(std::move(L));
-    if (lc.kind == MixerKind::kShe) partial = std::max<int64_t>(partial, lag_chunks(static_cast<int>(lc.window * d)) * d);
   }
   m.norm_f = {dw.f32(w.get("norm_f.weight"), d), dw.f32(w.get("norm_f.bias"), d), cfg.norm_eps};
   m.head = dw.matrix(cfg.tie_embeddings ? w.get("embed.weight") : w.get("head.weight"),

@@ -44,6 +44,8 @@ class CudaPart {
  public:
   virtual ~CudaPart() = default;
   virtual void forward(const PartStep& step) = 0;
+  // Floats of Scratch::partial the part needs per row (SHE's lag-chunk sums); 0 for most.
+  virtual int64_t partial_floats_per_row() const { return 0; }
 };
 
 inline GemmIn rows_of(const float* x, int64_t ld) {
@@ -67,7 +69,9 @@ inline GemmOut to(float* y, int64_t ld, Epi epi = Epi::kStore, Act act = Act::kN
 // ops.cu
 void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y);
 
-// Factories, one per family file; prefix is "layers.{i}.mixer." or "layers.{i}.ffn.".
+// Factories, one per family file (engine/mixers/<family>/<family>.cu, and ffn.cu here); prefix
+// is "layers.{i}.mixer." or "layers.{i}.ffn.". cuda_mixer_factory (kernels/cuda_mixers.cu) maps
+// each mixer kind to its family's.
 using PartFactory = std::unique_ptr<CudaPart> (*)(const ModelConfig&, const LayerConfig&,
                                                   DeviceWeights&, const WeightSource&,
                                                   const std::string& prefix);
@@ -87,5 +91,7 @@ std::unique_ptr<CudaPart> make_cuda_linear(const ModelConfig&, const LayerConfig
 // state_offset: where the FFN's state starts inside the layer's fixed region.
 std::unique_ptr<CudaPart> make_cuda_ffn(const ModelConfig&, DeviceWeights&, const WeightSource&,
                                         const std::string& prefix, int64_t state_offset);
+// The factory of a mixer kind's CUDA part (kernels/cuda_mixers.cu).
+PartFactory cuda_mixer_factory(MixerKind kind);
 
 }  // namespace mixserve::cuda

@@ -58,6 +58,10 @@ class CudaExtractor : public CudaPart {
     }
   }
 
+  int64_t partial_floats_per_row() const override {
+    return kind_ == MixerKind::kShe ? int64_t{lag_chunks(window_ * d_)} * d_ : 0;
+  }
+
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
     float* xn = st.s.xn;
