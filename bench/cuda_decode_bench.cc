@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_args.h"
+#include "engine/mixers/registry.h"
 #include "engine/model_weights.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
@@ -66,10 +67,14 @@ class RandomWeights : public WeightSource {
 
 ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads, int window) {
   nlohmann::json layer = {{"mixer", mixer}};
-  const bool windowed = mixer == "aft_local" || mixer == "she" || mixer == "he" || mixer == "we" || mixer == "me";
-  if (window > 0 && windowed) layer["window"] = window;
-  if (mixer == "attention" || mixer == "retnet" || mixer == "linear" || mixer == "performer")
-    layer["heads"] = heads;
+  const MixerKindInfo& info = mixer_info(parse_mixer_kind(mixer));
+  auto takes = [&](const std::string& param) {  // the mixer table's layer keys
+    for (const char* p : info.params)
+      if (p && param == p) return true;
+    return false;
+  };
+  if (window > 0 && takes("window")) layer["window"] = window;
+  if (takes("heads")) layer["heads"] = heads;
   nlohmann::json cfg = {{"vocab_size", u}, {"d_model", d}, {"n_layers", m}, {"ffn_dim", c},
                         {"max_seq_len", l}, {"position", "learned"}, {"embed_scale", std::sqrt(double(d))},
                         {"norm", "layernorm"}, {"activation", "relu"},

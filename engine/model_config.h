@@ -28,7 +28,9 @@ enum class MixerKind {
   kLinear,
   kPerformer,
 };
-// How many kinds there are: the mixer table (engine/mixers/registry.cc) has a row for each.
+// How many kinds there are: the mixer table (engine/mixers/registry.cc) and its CUDA side
+// (kernels/cuda_mixers.cu) have a row for each, checked at build time. A new kind goes last, and
+// this counts it.
 inline constexpr size_t kMixerKinds = static_cast<size_t>(MixerKind::kPerformer) + 1;
 enum class PositionKind { kLearned, kSinusoidal, kNone };
 enum class Activation { kRelu, kGeluTanh };

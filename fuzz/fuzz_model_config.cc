@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/mixers/registry.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "fuzz/fuzz_check.h"
@@ -19,13 +20,16 @@ using json = nlohmann::json;
 
 namespace {
 
+bool takes(MixerKind k, const std::string& param) {  // the mixer table's layer keys
+  for (const char* p : mixer_info(k).params)
+    if (p && param == p) return true;
+  return false;
+}
 bool has_heads(MixerKind k) {
-  return k == MixerKind::kAttention || k == MixerKind::kRetnet || k == MixerKind::kLinear ||
-         k == MixerKind::kPerformer;
+  return takes(k, "heads");
 }
 bool has_window(MixerKind k) {
-  return k == MixerKind::kAftLocal || k == MixerKind::kShe || k == MixerKind::kHe ||
-         k == MixerKind::kWe || k == MixerKind::kMe;
+  return takes(k, "window");
 }
 
 void check_invariants(const ModelConfig& c) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "engine/mixers/registry.h"
 #include "engine/model_weights.h"
 #include "tests/support/float64_model.h"
 #include "tests/support/golden.h"
@@ -27,43 +28,18 @@ int uniform(std::mt19937& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
-// A layer of `kind` with random parameters for a model of width d = heads·h.
+// A layer of `kind` with random values for every key the mixer table says it takes.
 nlohmann::json random_layer(MixerKind kind, int heads, std::mt19937& rng) {
   nlohmann::json l = {{"mixer", mixer_kind_name(kind)}};
-  switch (kind) {
-    case MixerKind::kAttention:
-      l["heads"] = heads;
-      l["rope"] = uniform(rng, 0, 1) == 1;
-      l["rope_base"] = pick<double>(rng, {10000.0, 500.0});
-      break;
-    case MixerKind::kRetnet:
-      l["heads"] = heads;
-      l["rope_base"] = pick<double>(rng, {10000.0, 500.0});
-      l["gn_eps"] = pick<double>(rng, {1e-5, 1e-3});
-      break;
-    case MixerKind::kAftLocal:
-      l["window"] = uniform(rng, 1, 7);
-      break;
-    case MixerKind::kShe:
-    case MixerKind::kHe:
-    case MixerKind::kWe:
-      l["window"] = uniform(rng, 1, 7);
-      l["out_proj"] = uniform(rng, 0, 1) == 1;
-      break;
-    case MixerKind::kMe:
-      l["window"] = uniform(rng, 1, 7);
-      break;
-    case MixerKind::kLinear:
-      l["heads"] = heads;
-      l["eps"] = pick<double>(rng, {1e-6, 1e-3});
-      break;
-    case MixerKind::kPerformer:
-      l["heads"] = heads;
-      l["features"] = uniform(rng, 1, 6);
-      l["eps"] = pick<double>(rng, {1e-6, 1e-3});
-      break;
-    default:
-      break;
+  for (const char* key : mixer_info(kind).params) {
+    if (!key) continue;
+    const std::string p = key;
+    if (p == "heads") l[p] = heads;
+    if (p == "rope" || p == "out_proj") l[p] = uniform(rng, 0, 1) == 1;
+    if (p == "rope_base") l[p] = pick<double>(rng, {10000.0, 500.0});
+    if (p == "gn_eps" || p == "eps") l[p] = pick<double>(rng, {1e-5, 1e-3});
+    if (p == "window") l[p] = uniform(rng, 1, 7);
+    if (p == "features") l[p] = uniform(rng, 1, 6);
   }
   return l;
 }
