@@ -14,6 +14,7 @@
 #include <map>
 
 #include "engine/mixers/registry.h"
+#include "engine/positions.h"
 #include "engine/sequence_state.h"
 #include "kernels/ops.cuh"
 #include "kernels/sampling.cuh"
@@ -60,17 +61,6 @@ int bucket(int n) {
   int b = 1;
   while (b < n) b *= 2;
   return b;
-}
-
-std::vector<float> sinusoidal_positions(int64_t T, int64_t d) {  // as the CPU backend
-  std::vector<float> pe(T * d);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < d; i += 2) {
-      double a = t * std::pow(10000.0, -static_cast<double>(i) / d);
-      pe[t * d + i] = static_cast<float>(std::sin(a));
-      pe[t * d + i + 1] = static_cast<float>(std::cos(a));
-    }
-  return pe;
 }
 
 }  // namespace
