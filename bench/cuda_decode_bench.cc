@@ -67,14 +67,9 @@ class RandomWeights : public WeightSource {
 
 ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads, int window) {
   nlohmann::json layer = {{"mixer", mixer}};
-  const MixerKindInfo& info = mixer_info(parse_mixer_kind(mixer));
-  auto takes = [&](const std::string& param) {  // the mixer table's layer keys
-    for (const char* p : info.params)
-      if (p && param == p) return true;
-    return false;
-  };
-  if (window > 0 && takes("window")) layer["window"] = window;
-  if (takes("heads")) layer["heads"] = heads;
+  const MixerKind kind = parse_mixer_kind(mixer);
+  if (window > 0 && mixer_takes(kind, "window")) layer["window"] = window;
+  if (mixer_takes(kind, "heads")) layer["heads"] = heads;
   nlohmann::json cfg = {{"vocab_size", u}, {"d_model", d}, {"n_layers", m}, {"ffn_dim", c},
                         {"max_seq_len", l}, {"position", "learned"}, {"embed_scale", std::sqrt(double(d))},
                         {"norm", "layernorm"}, {"activation", "relu"},

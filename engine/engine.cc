@@ -45,8 +45,6 @@ Engine::Engine(const LoadedModel& model, std::unique_ptr<Backend> backend, Engin
                  }) {
   stats_.max_running = opts_.max_batch;
   stats_.max_queue = opts_.max_queue;
-  for (const StateLayout& l : backend_->state_layouts())
-    layer_kind_.push_back(static_cast<int>(l.kind));
 }
 
 Engine::~Engine() {
@@ -403,7 +401,7 @@ void Engine::update_stats(bool detailed) {
     if (!r->state.allocated()) continue;
     for (size_t l = 0; l < layouts.size(); ++l) {
       const int32_t n = static_cast<int32_t>(r->state.layer_pages[l].size());
-      pages[layer_kind_[l]] += n;
+      pages[static_cast<int>(layouts[l].kind)] += n;  // StateKind: constant, ring, growing
       live += layouts[l].floats_for(r->fed);
       allocated += static_cast<int64_t>(n) * backend_->page_floats();
     }

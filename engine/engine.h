@@ -154,7 +154,6 @@ class Engine {
   PrefixCache cache_;
   Scheduler scheduler_;  // engine thread only (and stop(), once the thread has ended)
   Clock::time_point next_detail_;
-  std::vector<int> layer_kind_;         // per layer: its StateKind, an index into the page counts
   std::vector<float> logits_;           // a prompt's last logits row for a cache snapshot, reused
   std::vector<SampleRow> sample_rows_;  // the rows a step samples
   std::vector<SampledToken> sampled_tokens_;  // their tokens, from the backend

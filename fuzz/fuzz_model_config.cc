@@ -20,16 +20,11 @@ using json = nlohmann::json;
 
 namespace {
 
-bool takes(MixerKind k, const std::string& param) {  // the mixer table's layer keys
-  for (const char* p : mixer_info(k).params)
-    if (p && param == p) return true;
-  return false;
-}
 bool has_heads(MixerKind k) {
-  return takes(k, "heads");
+  return mixer_takes(k, "heads");
 }
 bool has_window(MixerKind k) {
-  return takes(k, "window");
+  return mixer_takes(k, "window");
 }
 
 void check_invariants(const ModelConfig& c) {

@@ -49,6 +49,12 @@ const MixerKindInfo& mixer_info(MixerKind kind) {
   return kMixers[i];
 }
 
+bool mixer_takes(MixerKind kind, const std::string& param) {
+  for (const char* p : mixer_info(kind).params)
+    if (p && param == p) return true;
+  return false;
+}
+
 StateLayout layer_state_layout(const ModelConfig& cfg, int layer) {
   const LayerConfig& lc = cfg.layers[layer];
   StateLayout s = mixer_info(lc.kind).state(cfg, lc);

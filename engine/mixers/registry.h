@@ -41,6 +41,8 @@ struct MixerKindInfo {
 
 // The row of `kind` (the table has one per MixerKind, in the enum's order, checked at build time).
 const MixerKindInfo& mixer_info(MixerKind kind);
+// Whether `kind` takes the layer key `param` (its row's params).
+bool mixer_takes(MixerKind kind, const std::string& param);
 
 // The state layout of layer i: its mixer's, then its FFN's.
 StateLayout layer_state_layout(const ModelConfig& cfg, int layer);
