@@ -26,8 +26,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "reference"))
-MIXERS = ["attention", "aft_simple", "aft_local", "aft_full", "retnet", "she", "he", "we", "me", "rwkv",
-          "linear", "performer"]
+from mixserve_ref.mixers import MIXERS as TABLE  # noqa: E402
+
+MIXERS = list(TABLE)
 
 
 def paper_model(kind, out):
@@ -38,14 +39,8 @@ def paper_model(kind, out):
     path = os.path.join(out, kind)
     if os.path.exists(os.path.join(path, "model.safetensors")):
         return path
-    layer = {"mixer": kind}
-    if kind in ("attention", "retnet", "linear", "performer"):
-        layer["heads"] = 32 if kind == "attention" else 4  # the paper's best attention: 32 heads
-    if kind == "aft_local":
-        layer["window"] = 32
-    if kind == "performer":
-        layer["features"] = 32
-    extra = {"ffn": "rwkv_channel_mix", "position": "none", "embed_norm": True} if kind == "rwkv" else {}
+    layer = {"mixer": kind, **TABLE[kind].paper_layer}  # e.g. attention's 32 heads, the paper's best
+    extra = TABLE[kind].model_overrides
     cfg = ModelConfig(vocab_size=5000, d_model=128, n_layers=18, ffn_dim=512, max_seq_len=128,
                       embed_scale=128 ** 0.5, layers=[layer] * 18, **extra)
     torch.manual_seed(0)

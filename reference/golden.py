@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mixserve_ref import safetensors_io  # noqa: E402
 from mixserve_ref.config import ModelConfig  # noqa: E402
+from mixserve_ref.mixers import MIXERS  # noqa: E402
 from mixserve_ref.model import Model  # noqa: E402
 from mixserve_ref.testing import randomize  # noqa: E402
 
@@ -26,22 +27,9 @@ PROMPT_LEN, N_DECODE = 20, 10  # 30 positions: past every window below (W = 8, s
 TOLERANCE = 1e-4
 BASE = dict(vocab_size=97, d_model=32, ffn_dim=64, max_seq_len=64)
 
-CASES = {
-    "attention": dict(layers=[{"mixer": "attention", "heads": 4}] * 2),
-    "attention_rope": dict(layers=[{"mixer": "attention", "heads": 2, "rope": True}] * 2, position="none",
-                           activation="gelu_tanh", tie_embeddings=False, bias=False),
-    "aft_simple": dict(layers=[{"mixer": "aft_simple"}] * 2),
-    "aft_local": dict(layers=[{"mixer": "aft_local", "window": 6}] * 2),
-    "aft_full": dict(layers=[{"mixer": "aft_full"}] * 2),
-    "retnet": dict(layers=[{"mixer": "retnet", "heads": 4}] * 2),
-    "she": dict(layers=[{"mixer": "she", "window": 8}] * 2, position="sinusoidal", embed_scale=32 ** 0.5),
-    "he": dict(layers=[{"mixer": "he", "window": 8, "out_proj": False}] * 2),
-    "we": dict(layers=[{"mixer": "we", "window": 8}] * 2),
-    "me": dict(layers=[{"mixer": "me", "window": 8}] * 2),
-    "rwkv": dict(layers=[{"mixer": "rwkv"}] * 2, ffn="rwkv_channel_mix", position="none", embed_norm=True,
-                 bias=False, tie_embeddings=False),
-    "linear": dict(layers=[{"mixer": "linear", "heads": 2}] * 2),
-    "performer": dict(layers=[{"mixer": "performer", "heads": 2, "features": 8}] * 2),
+# Each mixer's own cases (its class's `golden`), then the hybrids that mix them.
+CASES = {name: case for cls in MIXERS.values() for name, case in cls.golden.items()}
+CASES.update({
     "hybrid_a": dict(layers=[{"mixer": "she", "window": 8}, {"mixer": "attention", "heads": 2},
                              {"mixer": "rwkv"}, {"mixer": "me", "window": 5}]),
     "hybrid_b": dict(layers=[{"mixer": "retnet", "heads": 2}, {"mixer": "aft_local", "window": 4},
@@ -49,7 +37,7 @@ CASES = {
                              {"mixer": "linear", "heads": 1}, {"mixer": "he", "window": 6},
                              {"mixer": "aft_full"}, {"mixer": "aft_simple"}],
                      position="none", embed_norm=True, activation="gelu_tanh"),
-}
+})
 
 
 def flatten_states(states, prefix):

@@ -3,24 +3,11 @@ import json
 import math
 from dataclasses import dataclass, field, asdict
 
-MIXERS = ("attention", "aft_simple", "aft_local", "aft_full", "retnet", "she", "he", "we", "me",
-          "rwkv", "linear", "performer")
+from .mixers import MIXERS as _TABLE
 
-# Per-mixer parameters and their defaults; None means "derived from the model" (see layer()).
-MIXER_PARAMS = {
-    "attention": {"heads": 1, "rope": False, "rope_base": 10000.0},
-    "aft_simple": {},
-    "aft_local": {"window": 32},
-    "aft_full": {},
-    "retnet": {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5},
-    "she": {"window": None, "out_proj": True},
-    "he": {"window": None, "out_proj": True},
-    "we": {"window": None, "out_proj": True},
-    "me": {"window": None},
-    "rwkv": {},
-    "linear": {"heads": 1, "eps": 1e-6},
-    "performer": {"heads": 1, "features": None, "eps": 1e-6},
-}
+MIXERS = tuple(_TABLE)  # the names, in the table's order
+# Per-mixer parameters and their defaults; None means "derived from the model" (see _complete()).
+MIXER_PARAMS = {name: cls.params for name, cls in _TABLE.items()}
 
 
 class ConfigError(ValueError):
@@ -94,7 +81,7 @@ class ModelConfig:
                 if not isinstance(l["heads"], int) or l["heads"] <= 0 or self.d_model % l["heads"]:
                     raise ConfigError(f"layers[{i}].heads={l['heads']} must divide d_model={self.d_model}")
                 h = self.d_model // l["heads"]
-                if (l.get("rope") or l["mixer"] == "retnet") and h % 2:
+                if (l.get("rope") or _TABLE[l["mixer"]].always_rotates) and h % 2:
                     raise ConfigError(f"layers[{i}]: RoPE needs an even head size, got {h}")
             if "window" in l:
                 w = l["window"]

@@ -90,8 +90,7 @@ class Model(nn.Module):
             else:
                 nn.init.normal_(p, 0.0, std)
         for i, layer in enumerate(self.layers):
-            if self.cfg.layers[i]["mixer"] == "rwkv":
-                init_rwkv_time_params(layer, i, self.cfg.n_layers)
+            layer.mixer.paper_init(layer, i, self.cfg.n_layers)
 
     def embed_tokens(self, tokens, positions):
         x = self.embed(tokens) * self.cfg.embed_scale
@@ -155,22 +154,3 @@ class Model(nn.Module):
                 raise ValueError(f"{path}: tensor {k} has shape {list(v.shape)}, expected {list(expected[k].shape)}")
         model.load_state_dict({k: v.float() for k, v in tensors.items()})
         return model.to(device).eval()
-
-
-def init_rwkv_time_params(layer, i, n_layers):
-    """RWKV-4's initialisation of time_decay/time_first/time_mix (BlinkDL/RWKV-LM)."""
-    mix, d = layer.mixer, layer.mixer.time_decay.numel()
-    r01 = i / max(n_layers - 1, 1)
-    r10 = 1.0 - i / n_layers
-    h = torch.arange(d, dtype=torch.float64)
-    x = h / d
-    with torch.no_grad():
-        mix.time_decay.copy_(-5 + 8 * (h / max(d - 1, 1)) ** (0.7 + 1.3 * r01))
-        zigzag = torch.tensor([((j + 1) % 3 - 1) * 0.5 for j in range(d)], dtype=torch.float64)
-        mix.time_first.copy_(math.log(0.3) + zigzag)
-        mix.time_mix_k.copy_(x ** r10)
-        mix.time_mix_v.copy_(x ** r10 + 0.3 * r01)
-        mix.time_mix_r.copy_(x ** (0.5 * r10))
-        if hasattr(layer.ffn, "time_mix_k"):
-            layer.ffn.time_mix_k.copy_(x ** r10)
-            layer.ffn.time_mix_r.copy_(x ** r10)

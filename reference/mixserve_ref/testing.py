@@ -2,31 +2,33 @@
 import torch
 
 from .config import MIXERS, ModelConfig
+from .mixers import MIXERS as TABLE
+
+
+class Draw:
+    """The random choices a mixer's random_params makes, from one generator."""
+
+    def __init__(self, gen, d):
+        self.gen = gen
+        self.heads = self.pick([h for h in (1, 2, 4) if d % h == 0 and (d // h) % 2 == 0])
+
+    def pick(self, choices):
+        return choices[int(torch.randint(len(choices), (1,), generator=self.gen))]
+
+    def coin(self):
+        return bool(torch.randint(2, (1,), generator=self.gen))
 
 
 def layer_params(kind, gen, d, max_seq_len):
     """Random but valid parameters for one layer of the given mixer kind."""
-    pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=gen))]
-    heads = pick([h for h in (1, 2, 4) if d % h == 0 and (d // h) % 2 == 0])
-    p = {"mixer": kind}
-    if kind in ("attention", "retnet", "linear", "performer"):
-        p["heads"] = heads
-    if kind == "attention":
-        p["rope"] = bool(torch.randint(2, (1,), generator=gen))
-    if kind in ("she", "he", "we", "me"):
-        p["window"] = pick([3, 5, 8])
-    if kind in ("she", "he", "we"):
-        p["out_proj"] = bool(torch.randint(2, (1,), generator=gen))
-    if kind == "aft_local":
-        p["window"] = pick([2, 4, 6])
-    if kind == "performer":
-        p["features"] = pick([4, 8, 16])
-    return p
+    return {"mixer": kind, **TABLE[kind].random_params(Draw(gen, d))}
 
 
 def random_config(kinds, gen, d=16, vocab=61, max_seq_len=40, **overrides):
-    """A small config with one layer per entry of kinds; ffn follows RWKV when all layers are rwkv."""
-    ffn = "rwkv_channel_mix" if all(k == "rwkv" for k in kinds) else "mlp"
+    """A small config with one layer per entry of kinds; the FFN is the mixers' own when they all
+    name the same one (RWKV's channel mix), else the MLP."""
+    ffns = {TABLE[k].model_overrides.get("ffn", "mlp") for k in kinds}
+    ffn = ffns.pop() if len(ffns) == 1 else "mlp"
     kw = dict(vocab_size=vocab, d_model=d, n_layers=len(kinds), ffn_dim=2 * d, max_seq_len=max_seq_len,
               layers=[layer_params(k, gen, d, max_seq_len) for k in kinds], ffn=ffn)
     kw.update(overrides)

@@ -1,4 +1,5 @@
-"""The mixer table: one entry per kind of DESIGN §5."""
+"""The mixer table: one row per kind of DESIGN §5, each a class deriving from spec.MixerSpec
+(in the order of engine/mixers/registry.cc). Adding a mixer: its file and one row here."""
 from .aft import AftFull, AftLocal, AftSimple
 from .attention import Attention
 from .extractors import HE, ME, SHE, WE
@@ -6,20 +7,23 @@ from .linear_attention import LinearAttention, Performer
 from .retnet import RetNet
 from .rwkv import RWKV
 
-MIXERS = {
-    "attention": Attention,
-    "aft_simple": AftSimple,
-    "aft_local": AftLocal,
-    "aft_full": AftFull,
-    "retnet": RetNet,
-    "she": SHE,
-    "he": HE,
-    "we": WE,
-    "me": ME,
-    "rwkv": RWKV,
-    "linear": LinearAttention,
-    "performer": Performer,
-}
+TABLE = (
+    Attention,
+    AftSimple,
+    AftLocal,
+    AftFull,
+    RetNet,
+    SHE,
+    HE,
+    WE,
+    ME,
+    RWKV,
+    LinearAttention,
+    Performer,
+)
+
+MIXERS = {cls.name: cls for cls in TABLE}
+assert len(MIXERS) == len(TABLE), "two mixers share a name"
 
 
 def make_mixer(cfg, layer):

@@ -7,7 +7,9 @@ w = 0 (simple), learned pair biases (full), or learned biases inside the window 
 import torch
 import torch.nn as nn
 
+from ..cost_model import Cost, sigmoid, vec_mat
 from .common import NEG_BIG, linear
+from .spec import MixerSpec
 
 
 def _weighted_mean(logits, v, dim):
@@ -26,7 +28,7 @@ def _absorb(state, k, v):
     state["max"] = m_new
 
 
-class _AftBase(nn.Module):
+class _AftBase(nn.Module, MixerSpec):
     def __init__(self, cfg):
         super().__init__()
         self.q, self.k, self.v, self.o = (linear(cfg) for _ in range(4))
@@ -50,6 +52,17 @@ class _AftBase(nn.Module):
 
 
 class AftSimple(_AftBase):
+    name = "aft_simple"
+    golden = {"aft_simple": dict(layers=[{"mixer": "aft_simple"}] * 2)}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return aft_simple_cost(d)
+
+    @staticmethod
+    def param_count(d, l, p):
+        return 4 * d * d
+
     def __init__(self, cfg, p):
         super().__init__(cfg)
 
@@ -68,6 +81,17 @@ class AftSimple(_AftBase):
 
 
 class AftFull(_AftBase):
+    name = "aft_full"
+    golden = {"aft_full": dict(layers=[{"mixer": "aft_full"}] * 2)}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return aft_full_cost(d, t)
+
+    @staticmethod
+    def param_count(d, l, p):
+        return 4 * d * d + l * l
+
     def __init__(self, cfg, p):
         super().__init__(cfg)
         self.pos_bias = nn.Parameter(torch.zeros(cfg.max_seq_len, cfg.max_seq_len))
@@ -97,6 +121,22 @@ class AftLocal(_AftBase):
     Σ(e^{w}−1)e^{k}v, is mathematically equal but cancels catastrophically when w ≪ 0
     (den = 1 + (e^{w} − 1) → 0 in float32), so the eviction form is the one every backend uses.
     """
+    name = "aft_local"
+    params = {"window": 32}
+    paper_layer = {"window": 32}
+    golden = {"aft_local": dict(layers=[{"mixer": "aft_local", "window": 6}] * 2)}
+
+    @staticmethod
+    def random_params(draw):
+        return {"window": draw.pick([2, 4, 6])}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return aft_local_cost(d, t, p["window"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return 4 * d * d + l * p["window"]  # pos_bias [l, s]
 
     def __init__(self, cfg, p):
         super().__init__(cfg)
@@ -139,3 +179,42 @@ class AftLocal(_AftBase):
         num = state["num"] * scale + (e * state["ring_v"][:, slots]).sum(1)
         den = state["den"] * scale + e.sum(1)
         return self.o(torch.sigmoid(q) * num / den)
+
+
+def _aft_output(d):
+    """σ(q), num/den, σ(q) ⊙ (num/den): common to every AFT variant."""
+    return sigmoid(d) + Cost(div=d) + Cost(mul=d)
+
+
+def aft_simple_cost(d):
+    # Unstabilised recurrence num += e^{k}⊙v, den += e^{k}: no rescaling of the sums is needed
+    # (the running max and its rescale are the stable form's max-subtraction, not counted).
+    c = (4 * vec_mat(d, d)          # q, k, v, o
+         + Cost(exp=d)              # e^{k}
+         + Cost(mul=d)              # e^{k} ⊙ v
+         + Cost(add=2 * d)          # num += , den +=
+         + _aft_output(d))
+    return c.with_path("mul-cum-exp-mul-cum-div-mul-mul-cum")
+
+
+AFT_PAIR_PATH = "mul-cum-cum-exp-mul-cum-div-mul-mul-cum"  # k, +w, e^, ⊙v, Σ, ÷, gate, W_o
+
+
+def _aft_pair_terms(d, terms):
+    """terms tokens with a pair bias: k_j + w_{t,j}, e^{·}, ⊙ v_j; then Σ over them in num, den."""
+    return terms * Cost(add=d, exp=d, mul=d) + Cost(add=2 * (terms - 1) * d)
+
+
+def aft_full_cost(d, t):
+    # w_{t,j} depends on t, so all t terms are recomputed for every new token
+    return (4 * vec_mat(d, d) + _aft_pair_terms(d, t) + _aft_output(d)).with_path(AFT_PAIR_PATH)
+
+
+def aft_local_cost(d, t, window):
+    in_window = min(t, window)
+    c = 4 * vec_mat(d, d) + _aft_pair_terms(d, in_window) + _aft_output(d)
+    if t > window:
+        # the token leaving the window joins the running sums (w = 0 there): e^{k}, ⊙v,
+        # num_out += , den_out += ; then num, den add the running sums to the in-window terms
+        c = c + Cost(exp=d, mul=d, add=2 * d) + Cost(add=2 * d)
+    return c.with_path(AFT_PAIR_PATH)

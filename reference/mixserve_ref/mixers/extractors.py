@@ -7,10 +7,13 @@ optional). ME is ext alone. The decode state is a ring of the last W inputs (u f
 import torch
 import torch.nn as nn
 
+from ..cost_model import Cost, vec_mat
 from .common import causal_lags, linear, ring_lags
+from .spec import MixerSpec
 
 
-class _Extractor(nn.Module):
+class _Extractor(nn.Module, MixerSpec):
+    params = {"window": None, "out_proj": True}
     has_input_proj = False
     has_adjust = True
 
@@ -50,6 +53,22 @@ class _Extractor(nn.Module):
 
 
 class SHE(_Extractor):
+    name = "she"
+    golden = {"she": dict(layers=[{"mixer": "she", "window": 8}] * 2, position="sinusoidal",
+                          embed_scale=32 ** 0.5)}
+
+    @staticmethod
+    def random_params(draw):
+        return {"window": draw.pick([3, 5, 8]), "out_proj": draw.coin()}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return she_cost(d, _lags(t, p), p["out_proj"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return (p["window"] or l) * d * d + d * d + _out(d, p)
+
     def ext_shape(self, d):
         return (self.W, d, d)
 
@@ -59,6 +78,18 @@ class SHE(_Extractor):
 
 
 class WE(_Extractor):
+    name = "we"
+    golden = {"we": dict(layers=[{"mixer": "we", "window": 8}] * 2)}
+    random_params = SHE.random_params
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return we_cost(d, _lags(t, p), p["out_proj"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return (p["window"] or l) * d + d * d + _out(d, p)
+
     def ext_shape(self, d):
         return (self.W, d)
 
@@ -67,14 +98,79 @@ class WE(_Extractor):
 
 
 class HE(WE):
+    name = "he"
     has_input_proj = True
+    golden = {"he": dict(layers=[{"mixer": "he", "window": 8, "out_proj": False}] * 2)}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return he_cost(d, _lags(t, p), p["out_proj"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return (p["window"] or l) * d + 2 * d * d + _out(d, p)
 
 
 class ME(_Extractor):
+    name = "me"
+    params = {"window": None}
     has_adjust = False
+    golden = {"me": dict(layers=[{"mixer": "me", "window": 8}] * 2)}
+
+    @staticmethod
+    def random_params(draw):
+        return {"window": draw.pick([3, 5, 8])}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return me_cost(d, _lags(t, p))
+
+    @staticmethod
+    def param_count(d, l, p):
+        return p["window"] or l
 
     def ext_shape(self, d):
         return (self.W,)
 
     def combine(self, lags, L):  # Σ_λ x_{t−λ} e_λ
         return (lags * self.ext[:L, None]).sum(-2)
+
+
+def _lags(t, p):
+    """The lags in use at position t: all t without a window (the paper's form)."""
+    return min(t, p["window"]) if p.get("window") else t
+
+
+def _out(d, p):
+    return d * d if p.get("out_proj", True) else 0
+
+
+def _adjust_and_output(d, out_proj):
+    """adj = (x A) ⊙ ext, then y = adj W_o if out_proj; the path stages after ext's mul-cum."""
+    c = vec_mat(d, d) + Cost(mul=d)
+    if out_proj:
+        return c + vec_mat(d, d), "-mul-mul-cum"
+    return c, "-mul"
+
+
+def she_cost(d, lags, out_proj=True):
+    ext = lags * vec_mat(d, d) + Cost(add=(lags - 1) * d)  # Σ_λ x_{t−λ} E_λ
+    rest, tail = _adjust_and_output(d, out_proj)
+    return (ext + rest).with_path("mul-cum" + tail)
+
+
+def he_cost(d, lags, out_proj=True):
+    u = vec_mat(d, d)  # u_t = x_t W_in (older u come from the ring)
+    ext = Cost(mul=lags * d, add=(lags - 1) * d)  # Σ_λ u_{t−λ} ⊙ e_λ
+    rest, tail = _adjust_and_output(d, out_proj)
+    return (u + ext + rest).with_path("mul-cum-mul-cum" + tail)
+
+
+def we_cost(d, lags, out_proj=True):
+    ext = Cost(mul=lags * d, add=(lags - 1) * d)  # Σ_λ x_{t−λ} ⊙ e_λ
+    rest, tail = _adjust_and_output(d, out_proj)
+    return (ext + rest).with_path("mul-cum" + tail)
+
+
+def me_cost(d, lags):
+    return Cost(mul=lags * d, add=(lags - 1) * d).with_path("mul-cum")  # Σ_λ e_λ x_{t−λ}

@@ -11,10 +11,29 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..cost_model import Cost, vec_mat
 from .common import linear, merge_heads, split_heads
+from .spec import MixerSpec
 
 
-class LinearAttention(nn.Module):
+class LinearAttention(nn.Module, MixerSpec):
+    name = "linear"
+    params = {"heads": 1, "eps": 1e-6}
+    paper_layer = {"heads": 4}
+    golden = {"linear": dict(layers=[{"mixer": "linear", "heads": 2}] * 2)}
+
+    @staticmethod
+    def random_params(draw):
+        return {"heads": draw.heads}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return linear_cost(d, p["heads"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return 4 * d * d
+
     def __init__(self, cfg, p):
         super().__init__()
         self.n, self.h, self.eps = p["heads"], cfg.d_model // p["heads"], p["eps"]
@@ -51,6 +70,23 @@ class LinearAttention(nn.Module):
 
 
 class Performer(LinearAttention):
+    name = "performer"
+    params = {"heads": 1, "features": None, "eps": 1e-6}
+    paper_layer = {"heads": 4, "features": 32}
+    golden = {"performer": dict(layers=[{"mixer": "performer", "heads": 2, "features": 8}] * 2)}
+
+    @staticmethod
+    def random_params(draw):
+        return {"heads": draw.heads, "features": draw.pick([4, 8, 16])}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return performer_cost(d, p["heads"], p["features"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return 4 * d * d  # ω is stored but not trained
+
     def __init__(self, cfg, p):
         super().__init__(cfg, p)
         self.m = p["features"]
@@ -77,3 +113,40 @@ def orthogonal_gaussian(m, h, generator=None):
     w = torch.cat(blocks)
     norms = torch.randn(m, h, generator=generator).norm(dim=1, keepdim=True)
     return w * norms
+
+
+def _linear_recurrence(d, heads, features):
+    """Per head with m = features: S += φ(k)ᵀ v, z += φ(k), φ(q) S, φ(q)·z + ε, and the division."""
+    n, h, m = heads, d // heads, features
+    per_head = (Cost(mul=m * h, add=m * h)    # S += φ(k)ᵀ v
+                + Cost(add=m)                 # z += φ(k)
+                + vec_mat(m, h)               # φ(q) S
+                + vec_mat(m, 1)               # φ(q)·z
+                + Cost(add=1)                 # + ε (counted like σ's 1 + and group norm's + ε)
+                + Cost(div=h))                # numerator / denominator
+    return n * per_head
+
+
+def linear_cost(d, heads):
+    # φ(x) = elu(x) + 1 = x + 1 (x > 0) or e^{x}: counted as 1 exp + 1 add per element,
+    # whichever branch is taken (the comparison is not counted)
+    phi = Cost(exp=d, add=d)
+    c = 4 * vec_mat(d, d) + 2 * phi + _linear_recurrence(d, heads, d // heads)
+    # k: proj, e^, +1, φ(k)ᵀv, S+, φ(q)S (mul-cum), ÷, W_o
+    return c.with_path("mul-cum-exp-cum-mul-cum-mul-cum-div-mul-cum")
+
+
+def performer_cost(d, heads, features):
+    n, h, m = heads, d // heads, features
+    # FAVOR+ φ(x) = exp(ω x' − ‖x'‖²/2) / √m, x' = x h^{−1/4}, ω ∈ R^{m×h}, per head
+    phi_per_head = (Cost(mul=h)               # x' = x h^{−1/4}
+                    + vec_mat(h, m)           # ω x'
+                    + vec_mat(h, 1)           # ‖x'‖²
+                    + Cost(mul=1)             # · ½
+                    + Cost(add=m)             # ω x' − ‖x'‖²/2
+                    + Cost(exp=m)
+                    + Cost(mul=m))            # · 1/√m
+    c = 4 * vec_mat(d, d) + 2 * n * phi_per_head + _linear_recurrence(d, heads, features)
+    # k: proj, ·h^{−1/4}, x'², Σ, ·½, −, exp, ·1/√m, φ(k)ᵀv, S+, φ(q)S (mul-cum), ÷, W_o
+    # (the ‖x'‖²/2 branch is one stage longer than the ω x' branch)
+    return c.with_path("mul-cum-mul-mul-cum-mul-cum-exp-mul-mul-cum-mul-cum-div-mul-cum")

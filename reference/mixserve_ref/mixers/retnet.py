@@ -8,14 +8,34 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..cost_model import Cost, rope, sigmoid, vec_mat
 from .common import apply_rope, linear, merge_heads, rope_angles, split_heads
+from .spec import MixerSpec
 
 
 def gammas(n):
     return 1.0 - 2.0 ** (-5.0 - torch.arange(n, dtype=torch.float64))
 
 
-class RetNet(nn.Module):
+class RetNet(nn.Module, MixerSpec):
+    name = "retnet"
+    params = {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5}
+    always_rotates = True
+    paper_layer = {"heads": 4}
+    golden = {"retnet": dict(layers=[{"mixer": "retnet", "heads": 4}] * 2)}
+
+    @staticmethod
+    def random_params(draw):
+        return {"heads": draw.heads}
+
+    @staticmethod
+    def token_cost(d, t, p):
+        return retnet_cost(d, p["heads"])
+
+    @staticmethod
+    def param_count(d, l, p):
+        return 5 * d * d
+
     def __init__(self, cfg, p):
         super().__init__()
         self.n, self.h = p["heads"], cfg.d_model // p["heads"]
@@ -51,3 +71,24 @@ class RetNet(nn.Module):
         S = state["S"] * self.gamma[None, :, None, None] + k.transpose(-1, -2) @ v
         state["S"] = S
         return self._out(x[:, None], q @ S)[:, 0]
+
+
+def retnet_cost(d, heads):
+    n, h = heads, d // heads
+    group_norm_per_head = (Cost(add=h - 1, div=1)              # mean
+                           + Cost(add=h)                       # centre
+                           + Cost(mul=h, add=h - 1, div=1)     # variance
+                           + Cost(add=1)                       # + ε
+                           + Cost(exp=1)                       # (var + ε)^{−1/2}
+                           + Cost(mul=h))                      # normalise
+    c = (5 * vec_mat(d, d)                    # q, k, v, g, o
+         + rope(d) + rope(d)                  # RoPE on q and k
+         + Cost(div=d)                        # k / √h (the paper counts attention's 1/√h as div)
+         + n * (Cost(mul=h * h)               # γ S
+                + Cost(mul=h * h, add=h * h)  # + kᵀ v
+                + vec_mat(h, h))              # o = q S
+         + n * group_norm_per_head
+         + sigmoid(d) + Cost(mul=d)           # swish(g) = g σ(g)
+         + Cost(mul=d))                       # swish(g) ⊙ GroupNorm(o)
+    # k: proj, RoPE, ÷√h, kᵀv, +γS, qS, mean, centre, square, Σ, ÷h, +ε, rsqrt, normalise, gate, W_o
+    return c.with_path("mul-cum-mul-cum-div-mul-cum-mul-cum-cum-div-cum-mul-cum-div-cum-exp-mul-mul-mul-cum")
