@@ -3,10 +3,10 @@
 #include <future>
 #include <iostream>
 
-#include "engine/engine.h"
 #include "app/backend_select.h"
 #include "app/commands.h"
 #include "app/sampling_flags.h"
+#include "engine/engine.h"
 
 namespace mixserve {
 
@@ -28,7 +28,9 @@ int generate_command(int argc, char** argv) {
       ->check(cli::non_negative())
       ->capture_default_str();
   app.add_option("--weights", weights,
-                 "projections stored as: auto (as shipped: float16 when exact, else float32), f32, f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU backend (docs/cpu.md)")
+                 "projections stored as: auto (as shipped: float16 when exact, else float32), f32, "
+                 "f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU "
+                 "backend (docs/cpu.md)")
       ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
       ->capture_default_str();
   SamplingFlags sampling;
@@ -43,7 +45,7 @@ int generate_command(int argc, char** argv) {
     GenerateParams p = sampling.params();
     LoadedModel model = load_model_dir(model_dir);
     if (!model.tokenizer) throw std::invalid_argument(model_dir + " has no tokenizer");
-    p.prompt = model.encode_prompt(prompt);
+    p.prompt_text = prompt;
     BackendChoice choice;
     choice.backend = backend;
     choice.threads = threads;

@@ -5,6 +5,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "engine/tokenize.h"
 #include "engine/tokenizer.h"
 
 namespace mixserve {
@@ -52,32 +53,54 @@ Engine::~Engine() {
   cache_.clear();
 }
 
-std::string Engine::validate(const GenerateParams& p) const {
+std::optional<RequestError> Engine::validate(const GenerateParams& p) const {
   const ModelConfig& c = model_.config;
-  if (p.prompt.empty()) return "prompt is empty";
+  auto bad = [](std::string msg, std::string param = "") {
+    return RequestError{std::move(msg), std::move(param)};
+  };
+  if (p.prompt.empty()) return bad("prompt is empty", "prompt");
   for (int32_t t : p.prompt)
     if (t < 0 || t >= c.vocab_size)
-      return "prompt token id " + std::to_string(t) + " is outside [0, " +
-             std::to_string(c.vocab_size) + ")";
-  if (static_cast<int64_t>(p.prompt.size()) >= c.max_seq_len)
-    return "prompt has " + std::to_string(p.prompt.size()) + " tokens; the model's context is " +
-           std::to_string(c.max_seq_len) + " tokens and at least one must be left to generate";
-  if (p.max_tokens < 1) return "max_tokens must be at least 1";
+      return bad("prompt token id " + std::to_string(t) + " is outside [0, " +
+                     std::to_string(c.vocab_size) + ")",
+                 "prompt");
+  const int64_t context = c.max_seq_len, prompt_len = static_cast<int64_t>(p.prompt.size());
+  if (prompt_len >= context)
+    return bad("the prompt has " + std::to_string(prompt_len) + " tokens; model \"" + model_.id +
+                   "\" has a context of " + std::to_string(context) +
+                   " tokens, and at least one must be left to generate",
+               "prompt");
+  if (p.max_tokens < 1) return bad("max_tokens must be at least 1", "max_tokens");
+  if (prompt_len + p.max_tokens > context)
+    return bad("this model's context is " + std::to_string(context) + " tokens, but " +
+                   std::to_string(prompt_len) + " prompt tokens + " + std::to_string(p.max_tokens) +
+                   " max_tokens = " + std::to_string(prompt_len + p.max_tokens),
+               "max_tokens");
   if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
-    return "min_tokens must be between 0 and max_tokens (" + std::to_string(p.max_tokens) +
-           "), got " + std::to_string(p.min_tokens);
+    return bad("min_tokens must be between 0 and max_tokens (" + std::to_string(p.max_tokens) +
+                   "), got " + std::to_string(p.min_tokens),
+               "min_tokens");
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= c.vocab_size)
-      return "stop_token_ids contains " + std::to_string(t) + ", not a token id";
+      return bad("stop_token_ids contains " + std::to_string(t) + ", not a token id",
+                 "stop_token_ids");
   for (const std::string& s : p.stop)
-    if (s.empty()) return "stop strings must not be empty";
-  if (p.stop.size() > 16) return "at most 16 stop strings";
-  if (p.session.size() > 256) return "session ids are at most 256 bytes";
-  return p.sampling.validate(static_cast<int>(c.vocab_size));
+    if (s.empty()) return bad("stop strings must not be empty", "stop");
+  if (p.stop.size() > 16) return bad("at most 16 stop strings", "stop");
+  if (p.session.size() > 256) return bad("session ids are at most 256 bytes", "session");
+  if (std::string err = p.sampling.validate(static_cast<int>(c.vocab_size)); !err.empty())
+    return bad(std::move(err));
+  return std::nullopt;
+}
+
+std::optional<RequestError> Engine::prepare(GenerateParams& p) const {
+  if (auto err = resolve_prompt(model_, p)) return err;
+  return validate(p);
 }
 
 SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
-  if (std::string err = validate(params); !err.empty()) return {SubmitStatus::kInvalid, 0, err};
+  if (auto err = prepare(params))
+    return {SubmitStatus::kInvalid, 0, std::move(err->message), std::move(err->param)};
   auto r = std::make_unique<Live>();
   r->submitted = Clock::now();
   if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
@@ -122,13 +145,14 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
             "the queue is full (" + std::to_string(opts_.max_queue) + " waiting requests)"};
   r->id = next_id_++;
   const uint64_t id = r->id;
+  const int32_t prompt_tokens = r->n_prompt;
   ++queued_;
   // Counted from submission, not from the end of the step that takes it in: idle() (the drain's
   // test) must not take a request that a long step has taken from the inbox for gone.
   ++stats_.waiting;
   inbox_.push_back(std::move(r));
   wake_.notify_one();
-  return {SubmitStatus::kOk, id, ""};
+  return {SubmitStatus::kOk, id, "", "", prompt_tokens};
 }
 
 void Engine::cancel(uint64_t id) {
@@ -287,7 +311,15 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   TokenOutput out;
   out.request_id = r.id;
   out.token = token;
-  if (r.want_logprobs) out.logprobs.push_back(std::move(sampled));
+  if (r.want_logprobs) {
+    if (model_.tokenizer) {
+      sampled.text = model_.tokenizer->token_text(token);
+      sampled.top_text.reserve(sampled.top.size());
+      for (const auto& alt : sampled.top)
+        sampled.top_text.push_back(model_.tokenizer->token_text(alt.first));
+    }
+    out.logprobs.push_back(std::move(sampled));
+  }
   // Stop strings are looked for only in the text after the first min_tokens tokens.
   if (r.detok)
     out.text =

@@ -56,7 +56,9 @@ enum class SubmitStatus { kOk, kInvalid, kQueueFull, kShuttingDown };
 struct SubmitResult {
   SubmitStatus status = SubmitStatus::kOk;
   uint64_t id = 0;
-  std::string message;  // why, when not kOk
+  std::string message;        // why, when not kOk
+  std::string param;          // kInvalid: the request field at fault, when there is one
+  int32_t prompt_tokens = 0;  // kOk: the prompt's length in tokens (after encoding, truncation)
 };
 
 struct EngineStats {
@@ -108,8 +110,12 @@ class Engine {
   EngineStats stats() const;
   const Backend& backend() const { return *backend_; }
   const LoadedModel& model() const { return model_; }
-  // Validation shared with the front ends; empty when fine.
-  std::string validate(const GenerateParams& p) const;
+  // The checks on a resolved prompt and the parameters; nullopt when fine.
+  std::optional<RequestError> validate(const GenerateParams& p) const;
+  // resolve_prompt (a text prompt encoded with the model's tokenizer, truncated), then validate:
+  // what submit does before queueing, for callers that want the error first (the server's
+  // validate_request). Thread-safe.
+  std::optional<RequestError> prepare(GenerateParams& p) const;
   // Checks the pool's invariants (engine thread or a stopped engine): every page's reference
   // count equals its holders, free pages have none, and no page a request may still write is
   // shared. Empty when all hold, else what broke.

@@ -12,15 +12,15 @@
 namespace mixserve {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  int top_k = 0;             // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
+  float temperature = 1.0f;         // 0: greedy
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // on prompt and output tokens (vLLM/HF convention)
   float presence_penalty = 0.0f;    // on output tokens (OpenAI convention)
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;  // the counter-based RNG's key (GenerateParams::seed sets it)
-  int logprobs = 0;  // how many top alternatives to report with each token (0..20)
+  int logprobs = 0;   // how many top alternatives to report with each token (0..20)
   // vLLM's min_tokens: while fewer than min_tokens tokens were generated, the `suppressed` ids
   // (end-of-sequence and stop tokens, set by the engine) cannot be sampled.
   int32_t min_tokens = 0;
@@ -46,8 +46,12 @@ struct TokenHistory {
 
 struct SampledToken {
   int32_t token = 0;
-  float logprob = 0.0f;                              // of `token` under the model's distribution
-  std::vector<std::pair<int32_t, float>> top;        // top `logprobs` alternatives, best first
+  float logprob = 0.0f;                        // of `token` under the model's distribution
+  std::vector<std::pair<int32_t, float>> top;  // top `logprobs` alternatives, best first
+  // The tokens' texts as logprobs show them (Tokenizer::token_text), set by the engine when the
+  // model has a tokenizer: `text` for `token`, top_text[i] for top[i].
+  std::string text;
+  std::vector<std::string> top_text;
 };
 
 // What presence + frequency penalties subtract from a generated token's logit. One compiled

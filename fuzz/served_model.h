@@ -55,8 +55,9 @@ inline void check_validated(const ApiRequest& req, const GenerateParams& p) {
   for (const std::string& s : p.stop) FUZZ_CHECK(!s.empty() && is_utf8(s));
   for (int32_t t : p.stop_token_ids) FUZZ_CHECK(t >= 0 && t < cfg.vocab_size);
   FUZZ_CHECK(p.deadline.has_value() == req.timeout_s.has_value());
-  FUZZ_CHECK(served.engine->validate(p).empty());
-  std::vector<int32_t> want;  // the prompt as given, encoded, truncated
+  FUZZ_CHECK(!served.engine->validate(p));
+  FUZZ_CHECK(!p.prompt_text);  // encoded by the engine (Engine::prepare)
+  std::vector<int32_t> want;   // the prompt as given, encoded, truncated
   if (req.chat) {
     want = p.prompt;  // rendered by the template: checked by the template's own tests
   } else if (req.prompt_text) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/tokenizer.h"
 #include "server/metrics.h"
 
 namespace mixserve {
@@ -32,9 +31,8 @@ std::optional<ModelHub::Stall> ModelHub::stalled(double limit_s) const {
 
 std::string request_id_for(const std::optional<std::string>& given, bool& valid) {
   valid = !given || (!given->empty() && given->size() <= 128 &&
-                     std::all_of(given->begin(), given->end(), [](unsigned char c) {
-                       return c >= 0x21 && c <= 0x7e;
-                     }));
+                     std::all_of(given->begin(), given->end(),
+                                 [](unsigned char c) { return c >= 0x21 && c <= 0x7e; }));
   if (given && valid) return *given;
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];
@@ -74,7 +72,7 @@ std::optional<ApiError> ModelHub::submit(const ApiRequest& req, Submission& sub,
     case SubmitStatus::kOk:
       break;
     case SubmitStatus::kInvalid:
-      return ApiError{ApiCode::kInvalidArgument, r.message, ""};
+      return ApiError{ApiCode::kInvalidArgument, r.message, r.param};
     case SubmitStatus::kQueueFull:
       if (m) m->observe_rejected(model_id, "queue_full");
       return ApiError{ApiCode::kResourceExhausted, r.message, ""};

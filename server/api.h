@@ -128,16 +128,20 @@ bool valid_utf8(const std::string& s);
 std::optional<ApiError> render_chat(const ChatInput& chat, const ServedModel& served,
                                     std::string& out);
 
-// The prompt's token ids: the ids given, or the text (a chat rendered with the model's template)
-// encoded, with the model's prompt prefix when add_special_tokens, truncated to
-// truncate_prompt_tokens. The checks on the text (size, UTF-8, a tokenizer) come with it.
+// The prompt as the engine takes it: the ids given, or the text (a chat rendered with the model's
+// template) with add_special_tokens and truncate_prompt_tokens, checked for size and UTF-8. The
+// engine encodes the text (engine/tokenize.h).
+std::optional<ApiError> prompt_input(const ApiRequest& req, const ServedModel& served,
+                                     const ServerLimits& limits, GenerateParams& out);
+// The prompt's token ids (/tokenize): prompt_input, then the engine's resolve_prompt.
 std::optional<ApiError> prompt_tokens(const ApiRequest& req, const ServedModel& served,
                                       const ServerLimits& limits, std::vector<int32_t>& out);
 
 // Every check ModelHub::submit makes on a request for `served` before anything is queued
-// (prompt, lengths, parameters, timeout, then the engine's own validate()). On success `out`
-// holds the engine's parameters (prompt tokenized, deadline set). Changes nothing, so tests and
-// fuzzers can run it without a live server (server/request_validation.cc).
+// (prompt, parameters, timeout, then the engine's prepare(): the prompt encoded and checked
+// against the context, the engine's own checks). On success `out` holds the engine's parameters
+// (prompt tokenized, deadline set). Changes nothing, so tests and fuzzers can run it without a
+// live server (server/request_validation.cc).
 std::optional<ApiError> validate_request(const ApiRequest& req, const ServedModel& served,
                                          const ServerLimits& limits, GenerateParams& out);
 

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "engine/tokenizer.h"
-
 namespace mixserve {
 
 ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> timeout_s) {
@@ -101,8 +99,7 @@ v1::FinishReason to_proto(FinishReason r) {
   }
 }
 
-void to_response(const TokenOutput& out, const std::string& request_id, const Tokenizer* tok,
-                 v1::GenerateResponse& res) {
+void to_response(const TokenOutput& out, const std::string& request_id, v1::GenerateResponse& res) {
   res.Clear();
   res.set_request_id(request_id);
   if (out.token >= 0) res.add_token_ids(out.token);
@@ -111,11 +108,11 @@ void to_response(const TokenOutput& out, const std::string& request_id, const To
     auto* lp = res.add_logprobs();
     lp->set_token_id(s.token);
     lp->set_logprob(s.logprob);
-    for (const auto& [id, v] : s.top) {
+    for (size_t i = 0; i < s.top.size(); ++i) {
       auto* t = lp->add_top();
-      t->set_token_id(id);
-      t->set_logprob(v);
-      if (tok) t->set_text(tok->token_text(id));
+      t->set_token_id(s.top[i].first);
+      t->set_logprob(s.top[i].second);
+      if (i < s.top_text.size()) t->set_text(s.top_text[i]);
     }
   }
   if (out.finish == FinishReason::kNone) return;

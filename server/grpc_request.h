@@ -11,8 +11,6 @@
 
 namespace mixserve {
 
-class Tokenizer;
-
 // The request as the shared validation (ModelHub::submit) expects it; `timeout_s` comes from the
 // call's deadline. Out-of-range numbers are clamped so that validation reports them, never wraps.
 ApiRequest to_api_request(const v1::GenerateRequest& req, std::optional<double> timeout_s);
@@ -29,9 +27,9 @@ inline std::optional<ApiError> to_api_request(const v1::GenerateRequest& req,
 std::optional<ApiError> to_api_request(const v1::ChatRequest& req, std::optional<double> timeout_s,
                                        ApiRequest& out);
 
-// One streamed event as a response message; `tok` (may be null) names the top-logprob tokens.
-void to_response(const TokenOutput& out, const std::string& request_id, const Tokenizer* tok,
-                 v1::GenerateResponse& res);
+// One streamed event as a response message; the top-logprob tokens carry the texts the engine
+// gave them (none for a model without a tokenizer).
+void to_response(const TokenOutput& out, const std::string& request_id, v1::GenerateResponse& res);
 
 v1::FinishReason to_proto(FinishReason r);
 

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <type_traits>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenize.h"
 #include "server/grpc_request.h"
 #include "server/request_log.h"
 
@@ -13,13 +13,20 @@ namespace mixserve {
 grpc::StatusCode grpc_code(ApiCode code) {
   switch (code) {
     case ApiCode::kInvalidArgument:
-    case ApiCode::kPayloadTooLarge: return grpc::StatusCode::INVALID_ARGUMENT;
-    case ApiCode::kUnauthenticated: return grpc::StatusCode::UNAUTHENTICATED;
-    case ApiCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
-    case ApiCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case ApiCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
-    case ApiCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    default: return grpc::StatusCode::INTERNAL;
+    case ApiCode::kPayloadTooLarge:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case ApiCode::kUnauthenticated:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case ApiCode::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case ApiCode::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case ApiCode::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case ApiCode::kDeadlineExceeded:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default:
+      return grpc::StatusCode::INTERNAL;
   }
 }
 
@@ -30,7 +37,8 @@ grpc::Status TextGenerationService::authorize(grpc::CallbackServerContext* ctx) 
   const std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
   // Exactly one key: with several, which one counts would depend on their order.
   if (md.count("authorization") != 1 || !keys_.allows(value))
-    return {grpc::StatusCode::UNAUTHENTICATED, "a valid API key is required (metadata authorization: Bearer <key>)"};
+    return {grpc::StatusCode::UNAUTHENTICATED,
+            "a valid API key is required (metadata authorization: Bearer <key>)"};
   return grpc::Status::OK;
 }
 
@@ -40,18 +48,28 @@ namespace {
 // nginx's "client closed request").
 int http_equivalent(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return 200;
+    case grpc::StatusCode::OK:
+      return 200;
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::OUT_OF_RANGE: return 400;
-    case grpc::StatusCode::UNAUTHENTICATED: return 401;
-    case grpc::StatusCode::PERMISSION_DENIED: return 403;
-    case grpc::StatusCode::NOT_FOUND: return 404;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
-    case grpc::StatusCode::CANCELLED: return 499;
-    case grpc::StatusCode::UNAVAILABLE: return 503;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
-    default: return 500;
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return 400;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return 401;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return 403;
+    case grpc::StatusCode::NOT_FOUND:
+      return 404;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 429;
+    case grpc::StatusCode::CANCELLED:
+      return 499;
+    case grpc::StatusCode::UNAVAILABLE:
+      return 503;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 504;
+    default:
+      return 500;
   }
 }
 
@@ -76,19 +94,25 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     const auto& md = ctx->client_metadata();
     const auto given = md.find("x-request-id");
     bool id_ok = true;
-    s->request_id_ = request_id_for(given == md.end() ? std::nullopt
-                                                      : std::optional<std::string>(std::string(given->second.data(), given->second.size())),
-                                    id_ok);
+    s->request_id_ = request_id_for(
+        given == md.end()
+            ? std::nullopt
+            : std::optional<std::string>(std::string(given->second.data(), given->second.size())),
+        id_ok);
     ctx->AddInitialMetadata("x-request-id", s->request_id_);
-    if (!id_ok) return s->end({grpc::StatusCode::INVALID_ARGUMENT, "x-request-id must be 1 to 128 visible ASCII characters"});
+    if (!id_ok)
+      return s->end({grpc::StatusCode::INVALID_ARGUMENT,
+                     "x-request-id must be 1 to 128 visible ASCII characters"});
     if (!auth.ok()) return s->end(auth);
     std::optional<double> timeout;
     const auto deadline = ctx->deadline();
     if (deadline != std::chrono::system_clock::time_point::max())
-      timeout = std::max(1e-3, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
+      timeout = std::max(
+          1e-3, std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count());
     ApiRequest api;
     if (auto e = to_api_request(req, timeout, api)) return s->end({grpc_code(e->code), e->message});
-    if (logging_prompts()) s->prompt_ = api.chat ? api.chat->messages.dump() : api.prompt_text.value_or("");
+    if (logging_prompts())
+      s->prompt_ = api.chat ? api.chat->messages.dump() : api.prompt_text.value_or("");
     std::weak_ptr<GenerateStream> weak = s;
     Submission sub;
     if (auto e = hub.submit(api, sub, [weak] {
@@ -99,7 +123,6 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
       std::lock_guard<std::mutex> lock(s->mu_);
       s->sub_ = std::move(sub);
       s->model_ = s->sub_.served->model.id;
-      s->tok_ = s->sub_.served->model.tokenizer.get();
       s->submitted_ = true;
     }
     s->pump();  // events the engine pushed before sub_ was set
@@ -145,11 +168,12 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     if (finish == FinishReason::kCancelled || finish == FinishReason::kError) {
       finished_ = true;
       lock.unlock();
-      return end(finish == FinishReason::kCancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled")
-                                                    : grpc::Status(grpc::StatusCode::INTERNAL, out.error),
+      return end(finish == FinishReason::kCancelled
+                     ? grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled")
+                     : grpc::Status(grpc::StatusCode::INTERNAL, out.error),
                  &out);
     }
-    to_response(out, request_id_, tok_, res_);
+    to_response(out, request_id_, res_);
     if (logging_prompts()) completion_ += out.text;
     writing_ = true;
     finished_ = finish != FinishReason::kNone;
@@ -157,7 +181,8 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
     if (finish == FinishReason::kNone) return StartWrite(&res_);
     const grpc::Status status =
         finish == FinishReason::kDeadline
-            ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed before the completion finished")
+            ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                           "the deadline passed before the completion finished")
             : grpc::Status::OK;
     log(status, &out);
     StartWriteAndFinish(&res_, grpc::WriteOptions(), status);
@@ -193,43 +218,46 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   Submission sub_;
   std::string request_id_, route_, model_;
   std::string prompt_, completion_;  // only with --log-prompts
-  const Tokenizer* tok_ = nullptr;
-  v1::GenerateResponse res_;  // the message being written; untouched while writing_
+  v1::GenerateResponse res_;         // the message being written; untouched while writing_
   bool submitted_ = false, writing_ = false, finished_ = false, broken_ = false;
 };
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Generate(grpc::CallbackServerContext* ctx,
-                                                                                const v1::GenerateRequest* req) {
+grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) {
   grpc::ServerWriteReactor<v1::GenerateResponse>* reactor = nullptr;
   GenerateStream::start(ctx, *req, hub_, authorize(ctx), &reactor);
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Chat(grpc::CallbackServerContext* ctx,
-                                                                            const v1::ChatRequest* req) {
+grpc::ServerWriteReactor<v1::GenerateResponse>* TextGenerationService::Chat(
+    grpc::CallbackServerContext* ctx, const v1::ChatRequest* req) {
   grpc::ServerWriteReactor<v1::GenerateResponse>* reactor = nullptr;
   GenerateStream::start(ctx, *req, hub_, authorize(ctx), &reactor);
   return reactor;
 }
 
-grpc::Status TextGenerationService::tokenize(const v1::TokenizeRequest& req, v1::TokenizeResponse& res) const {
+grpc::Status TextGenerationService::tokenize(const v1::TokenizeRequest& req,
+                                             v1::TokenizeResponse& res) const {
   ServedModel* m = hub_.find(req.model());
   if (!m) return {grpc::StatusCode::NOT_FOUND, "model \"" + req.model() + "\" does not exist"};
-  if (!m->model.tokenizer) return {grpc::StatusCode::FAILED_PRECONDITION, "model \"" + m->model.id + "\" has no tokenizer"};
-  if (!valid_utf8(req.text())) return {grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"};
+  if (!m->model.tokenizer)
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "model \"" + m->model.id + "\" has no tokenizer"};
+  if (!valid_utf8(req.text()))
+    return {grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8"};
   if (static_cast<int64_t>(req.text().size()) > hub_.limits.max_prompt_chars)
     return {grpc::StatusCode::INVALID_ARGUMENT, "text is longer than the prompt limit"};
-  for (int32_t id : m->model.encode_prompt(req.text())) {
-    res.add_token_ids(id);
-    res.add_pieces(m->model.tokenizer->id_to_piece(id));
-  }
+  const std::vector<int32_t> ids = encode(m->model, req.text(), /*add_special_tokens=*/true);
+  for (int32_t id : ids) res.add_token_ids(id);
+  for (std::string& piece : token_pieces(m->model, ids)) res.add_pieces(std::move(piece));
   return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* ctx,
-                                                          const v1::TokenizeRequest* req, v1::TokenizeResponse* res) {
+                                                          const v1::TokenizeRequest* req,
+                                                          v1::TokenizeResponse* res) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   grpc::Status s = authorize(ctx);
   reactor->Finish(s.ok() ? tokenize(*req, *res) : s);
@@ -237,7 +265,8 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::ListModels(grpc::CallbackServerContext* ctx,
-                                                            const v1::ListModelsRequest*, v1::ListModelsResponse* res) {
+                                                            const v1::ListModelsRequest*,
+                                                            v1::ListModelsResponse* res) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (grpc::Status s = authorize(ctx); !s.ok()) {
     reactor->Finish(s);

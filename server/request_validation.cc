@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "engine/chat_template.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenize.h"
 #include "server/api.h"
 
 namespace mixserve {
@@ -68,8 +68,8 @@ std::optional<ApiError> render_chat(const ChatInput& chat, const ServedModel& se
   return std::nullopt;
 }
 
-std::optional<ApiError> prompt_tokens(const ApiRequest& req, const ServedModel& served,
-                                      const ServerLimits& limits, std::vector<int32_t>& out) {
+std::optional<ApiError> prompt_input(const ApiRequest& req, const ServedModel& served,
+                                     const ServerLimits& limits, GenerateParams& out) {
   auto bad = [](std::string msg, std::string param = "") {
     return ApiError{ApiCode::kInvalidArgument, std::move(msg), std::move(param)};
   };
@@ -80,29 +80,33 @@ std::optional<ApiError> prompt_tokens(const ApiRequest& req, const ServedModel& 
     if (auto err = render_chat(*req.chat, served, rendered)) return err;
     if (rendered.empty()) return bad("the chat template rendered an empty prompt", "messages");
   }
+  out.prompt.clear();
+  out.prompt_text.reset();
   if (req.prompt_text || req.chat) {
-    const std::string& text = req.chat ? rendered : *req.prompt_text;
+    std::string text = req.chat ? std::move(rendered) : *req.prompt_text;
     if (text.empty()) return bad("prompt is empty", "prompt");
     if (static_cast<int64_t>(text.size()) > limits.max_prompt_chars)
       return bad("prompt is " + std::to_string(text.size()) + " bytes; the limit is " +
                      std::to_string(limits.max_prompt_chars),
                  "prompt");
     if (!valid_utf8(text)) return bad("prompt is not valid UTF-8", "prompt");
-    if (!served.model.tokenizer)
-      return bad("model \"" + served.model.id + "\" has no tokenizer; send token ids instead",
-                 "prompt");
-    out =
-        req.add_special_tokens ? served.model.encode_prompt(text) : served.model.encode_text(text);
-    if (out.empty()) return bad("the prompt encodes to no tokens", "prompt");
+    out.prompt_text = std::move(text);
   } else {
-    out = *req.prompt_ids;
-    if (out.empty()) return bad("prompt token ids are empty", "prompt");
+    out.prompt = *req.prompt_ids;
+    if (out.prompt.empty()) return bad("prompt token ids are empty", "prompt");
   }
-  if (req.truncate_prompt_tokens < 0)
-    return bad("truncate_prompt_tokens must be at least 1", "truncate_prompt_tokens");
-  if (req.truncate_prompt_tokens > 0 &&
-      static_cast<int64_t>(out.size()) > req.truncate_prompt_tokens)
-    out.erase(out.begin(), out.end() - req.truncate_prompt_tokens);
+  out.add_special_tokens = req.add_special_tokens;
+  out.truncate_prompt_tokens = req.truncate_prompt_tokens;
+  return std::nullopt;
+}
+
+std::optional<ApiError> prompt_tokens(const ApiRequest& req, const ServedModel& served,
+                                      const ServerLimits& limits, std::vector<int32_t>& out) {
+  GenerateParams p;
+  if (auto err = prompt_input(req, served, limits, p)) return err;
+  if (auto err = resolve_prompt(served.model, p))
+    return ApiError{ApiCode::kInvalidArgument, err->message, err->param};
+  out = std::move(p.prompt);
   return std::nullopt;
 }
 
@@ -113,24 +117,13 @@ std::optional<ApiError> validate_request(const ApiRequest& req, const ServedMode
   };
   const ModelConfig& cfg = served.model.config;
   GenerateParams p = req.params;
-  if (auto err = prompt_tokens(req, served, limits, p.prompt)) return err;
+  if (auto err = prompt_input(req, served, limits, p)) return err;
   for (const std::string& s : p.stop)
     if (!valid_utf8(s)) return bad("stop strings must be valid UTF-8", "stop");
-  const int64_t context = cfg.max_seq_len, prompt_len = static_cast<int64_t>(p.prompt.size());
-  if (prompt_len >= context)
-    return bad("the prompt has " + std::to_string(prompt_len) + " tokens; model \"" +
-                   served.model.id + "\" has a context of " + std::to_string(context) +
-                   " tokens, and at least one must be left to generate",
-               "prompt");
-  const int64_t cap = limits.max_tokens_cap > 0 ? limits.max_tokens_cap : context;
+  const int64_t cap = limits.max_tokens_cap > 0 ? limits.max_tokens_cap : cfg.max_seq_len;
   if (p.max_tokens < 1 || p.max_tokens > cap)
     return bad("max_tokens must be between 1 and " + std::to_string(cap) + ", got " +
                    std::to_string(p.max_tokens),
-               "max_tokens");
-  if (prompt_len + p.max_tokens > context)
-    return bad("this model's context is " + std::to_string(context) + " tokens, but " +
-                   std::to_string(prompt_len) + " prompt tokens + " + std::to_string(p.max_tokens) +
-                   " max_tokens = " + std::to_string(prompt_len + p.max_tokens),
                "max_tokens");
   // The same ranges as REST's JSON fields, so that a gRPC client gets the same answer.
   if (p.seed && *p.seed > static_cast<uint64_t>(INT64_MAX))
@@ -146,10 +139,9 @@ std::optional<ApiError> validate_request(const ApiRequest& req, const ServedMode
     p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(*req.timeout_s));
   }
-  if (std::string err = served.engine->validate(p); !err.empty()) {
-    std::string param = err.substr(0, err.find(' '));
-    return bad(err, param == "prompt" ? "prompt" : param);
-  }
+  // The engine encodes a text prompt (the tokenizer is its side's) and checks the prompt against
+  // the context and every parameter it runs.
+  if (auto err = served.engine->prepare(p)) return bad(err->message, err->param);
   out = std::move(p);
   return std::nullopt;
 }

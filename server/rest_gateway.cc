@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenize.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
 #include "server/rest_json.h"
@@ -286,11 +286,7 @@ void RestGateway::tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange>
                {"max_model_len", served->model.config.max_seq_len},
                {"tokens", ids},
                {"token_strs", nullptr}};
-  if (t.return_token_strs) {
-    json strs = json::array();
-    for (int32_t id : ids) strs.push_back(served->model.tokenizer->id_to_piece(id));
-    body["token_strs"] = strs;
-  }
+  if (t.return_token_strs) body["token_strs"] = token_pieces(served->model, ids);
   reply(ex, path, 200, "application/json", dump(body));
 }
 
@@ -301,17 +297,10 @@ void RestGateway::detokenize(const HttpRequest& req, std::shared_ptr<HttpExchang
   if (auto e = parse_detokenize_body(req.body, d)) return fail(*e);
   ServedModel* served = model_or_404(d.model, path, ex);
   if (!served) return;
-  const Tokenizer* tok = served->model.tokenizer.get();
-  if (!tok)
-    return fail({ApiCode::kInvalidArgument, "model \"" + served->model.id + "\" has no tokenizer",
-                 "model"});
-  for (int32_t id : d.tokens)
-    if (id >= tok->vocab_size())
-      return fail({ApiCode::kInvalidArgument,
-                   "token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                       std::to_string(tok->vocab_size()) + ")",
-                   "tokens"});
-  reply(ex, path, 200, "application/json", dump(json{{"prompt", tok->decode(d.tokens)}}));
+  std::string text;
+  if (auto e = mixserve::detokenize(served->model, d.tokens, text))
+    return fail({ApiCode::kInvalidArgument, e->message, e->param});
+  reply(ex, path, 200, "application/json", dump(json{{"prompt", text}}));
 }
 
 void RestGateway::static_file(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
@@ -362,17 +351,21 @@ struct Completion {
   bool ended = false;  // the response is complete (or the client is gone)
   std::string path;    // the route, for the metrics and the log
   std::string request_id, id, model, prompt_text;
-  LoggedExchange* log = nullptr;  // ex, which logs error responses unless told otherwise
+  LoggedExchange* log = nullptr;     // ex, which logs error responses unless told otherwise
   std::atomic<int>* open = nullptr;  // RestGateway's count of completions not yet ended
   int64_t created = 0;
   Metrics* metrics = nullptr;
 };
 
-// A token as logprobs show it: its text, or "token_id:42" (vLLM's return_tokens_as_token_ids,
-// and always for a model without a tokenizer).
-std::string token_label(const Completion& c, int32_t id) {
-  const Tokenizer* tok = c.served->model.tokenizer.get();
-  return tok && !c.tokens_as_ids ? tok->token_text(id) : "token_id:" + std::to_string(id);
+// A token as logprobs show it: its text (which the engine gives, SampledToken::text), or
+// "token_id:42" (vLLM's return_tokens_as_token_ids, and always for a model without a tokenizer).
+std::string token_label(const Completion& c, int32_t id, const std::string& text) {
+  return c.served->model.tokenizer && !c.tokens_as_ids ? text : "token_id:" + std::to_string(id);
+}
+
+const std::string& top_text(const SampledToken& s, size_t i) {
+  static const std::string none;
+  return i < s.top_text.size() ? s.top_text[i] : none;
 }
 
 // The UTF-8 bytes of a token's text, as OpenAI's chat logprobs give them ("bytes:\xe2" labels
@@ -395,11 +388,11 @@ json logprobs_json(const Completion& c, const std::vector<SampledToken>& lp) {
     json content = json::array();
     for (const auto& s : lp) {
       json top = json::array();
-      for (const auto& [id, v] : s.top) {
-        const std::string t = token_label(c, id);
-        top.push_back({{"token", t}, {"logprob", v}, {"bytes", token_bytes(t)}});
+      for (size_t i = 0; i < s.top.size(); ++i) {
+        const std::string t = token_label(c, s.top[i].first, top_text(s, i));
+        top.push_back({{"token", t}, {"logprob", s.top[i].second}, {"bytes", token_bytes(t)}});
       }
-      const std::string t = token_label(c, s.token);
+      const std::string t = token_label(c, s.token, s.text);
       content.push_back(
           {{"token", t}, {"logprob", s.logprob}, {"bytes", token_bytes(t)}, {"top_logprobs", top}});
     }
@@ -407,10 +400,11 @@ json logprobs_json(const Completion& c, const std::vector<SampledToken>& lp) {
   }
   json tokens = json::array(), token_lp = json::array(), top = json::array();
   for (const auto& s : lp) {
-    tokens.push_back(token_label(c, s.token));
+    tokens.push_back(token_label(c, s.token, s.text));
     token_lp.push_back(s.logprob);
     json t = json::object();
-    for (const auto& [id, v] : s.top) t[token_label(c, id)] = v;
+    for (size_t i = 0; i < s.top.size(); ++i)
+      t[token_label(c, s.top[i].first, top_text(s, i))] = s.top[i].second;
     top.push_back(t);
   }
   return {{"tokens", tokens}, {"token_logprobs", token_lp}, {"top_logprobs", top}};

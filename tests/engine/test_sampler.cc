@@ -94,8 +94,9 @@ TEST(Sampler, TruncationsNeverEmitExcludedTokens) {
     auto c = histogram(p, 3000);
     const std::set<int> allowed(order.begin(), order.begin() + k);
     for (size_t i = 0; i < c.size(); ++i)
-      if (!allowed.count(static_cast<int>(i)))
+      if (!allowed.count(static_cast<int>(i))) {
         EXPECT_EQ(c[i], 0) << "top_k " << k << " token " << i;
+      }
   }
   for (float top_p : {0.3f, 0.6f, 0.9f}) {
     SamplingParams p;
@@ -108,8 +109,9 @@ TEST(Sampler, TruncationsNeverEmitExcludedTokens) {
       if ((mass += prob[id]) >= top_p) break;
     }
     for (size_t i = 0; i < c.size(); ++i)
-      if (!allowed.count(static_cast<int>(i)))
+      if (!allowed.count(static_cast<int>(i))) {
         EXPECT_EQ(c[i], 0) << "top_p " << top_p << " token " << i;
+      }
     EXPECT_GT(c[order[0]], 0);
   }
   for (float min_p : {0.2f, 0.5f}) {
@@ -117,8 +119,9 @@ TEST(Sampler, TruncationsNeverEmitExcludedTokens) {
     p.min_p = min_p;
     auto c = histogram(p, 3000);
     for (size_t i = 0; i < c.size(); ++i)
-      if (prob[i] < min_p * prob[order[0]])
+      if (prob[i] < min_p * prob[order[0]]) {
         EXPECT_EQ(c[i], 0) << "min_p " << min_p << " token " << i;
+      }
   }
 }
 
