@@ -93,6 +93,16 @@ std::optional<RequestError> Engine::validate(const GenerateParams& p) const {
   return std::nullopt;
 }
 
+namespace {
+SubmitResult refused(SubmitStatus status, std::string message, std::string param = "") {
+  SubmitResult r;
+  r.status = status;
+  r.message = std::move(message);
+  r.param = std::move(param);
+  return r;
+}
+}  // namespace
+
 std::optional<RequestError> Engine::prepare(GenerateParams& p) const {
   if (auto err = resolve_prompt(model_, p)) return err;
   return validate(p);
@@ -100,7 +110,7 @@ std::optional<RequestError> Engine::prepare(GenerateParams& p) const {
 
 SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   if (auto err = prepare(params))
-    return {SubmitStatus::kInvalid, 0, std::move(err->message), std::move(err->param)};
+    return refused(SubmitStatus::kInvalid, std::move(err->message), std::move(err->param));
   auto r = std::make_unique<Live>();
   r->submitted = Clock::now();
   if (!params.seed) params.seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
@@ -139,10 +149,10 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->p = std::move(params);
   r->sink = std::move(sink);
   std::lock_guard<std::mutex> lock(mu_);
-  if (stop_) return {SubmitStatus::kShuttingDown, 0, "the server is shutting down"};
+  if (stop_) return refused(SubmitStatus::kShuttingDown, "the server is shutting down");
   if (queued_ >= opts_.max_queue)
-    return {SubmitStatus::kQueueFull, 0,
-            "the queue is full (" + std::to_string(opts_.max_queue) + " waiting requests)"};
+    return refused(SubmitStatus::kQueueFull,
+                   "the queue is full (" + std::to_string(opts_.max_queue) + " waiting requests)");
   r->id = next_id_++;
   const uint64_t id = r->id;
   const int32_t prompt_tokens = r->n_prompt;
