@@ -103,7 +103,7 @@ struct CudaBackend::Impl {
   std::vector<double> mixer_seconds;
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
-  bool device_sampling = false, tensor_cores = false, small_batch_gemv = false;
+  bool device_sampling = false, tensor_cores = false, small_batch_gemv = false, ordered_sums = false;
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
@@ -304,6 +304,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   m.small_batch_gemv = env_switch("MIXSERVE_CUDA_GEMV", opts.small_batch_gemv);
   dw.use_tensor_cores(m.tensor_cores);
   dw.use_small_batch_gemv(m.small_batch_gemv);
+  m.ordered_sums = env_switch("MIXSERVE_CUDA_ORDERED", opts.ordered_sums);
+  dw.use_ordered_sums(m.ordered_sums);
   m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
   m.embed_params.scale = cfg.embed_scale;
   if (cfg.position == PositionKind::kLearned)
@@ -420,6 +422,7 @@ void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
 bool CudaBackend::device_sampling() const { return impl_->device_sampling; }
 bool CudaBackend::tensor_cores() const { return impl_->tensor_cores; }
 bool CudaBackend::small_batch_gemv() const { return impl_->small_batch_gemv; }
+bool CudaBackend::ordered_sums() const { return impl_->ordered_sums; }
 
 // With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned
 // memory are queued back to back and the host waits once; the logits stay on the device (a row

@@ -38,6 +38,11 @@ struct CudaBackendOptions {
   // K fetched in double-buffered chunks of 128 instead of one wait per 64; aft_simple decode also
   // fuses its core into the qkv projection. MIXSERVE_CUDA_GEMV=1|0 overrides.
   bool small_batch_gemv = false;
+  // Every CUDA-core projection in the K-chunked order of kernels/sum_order.h (chunks of 64 summed
+  // by FMA chains, groups of 256, both added in order), which the host emulator ordered_dot
+  // predicts bit for bit; tensor_cores and small_batch_gemv stand aside. MIXSERVE_CUDA_ORDERED=1|0
+  // overrides. Off by default until verified on a GPU.
+  bool ordered_sums = false;
   int device = 0;
 };
 
@@ -71,6 +76,7 @@ class CudaBackend : public Backend {
   bool device_sampling() const;
   bool tensor_cores() const;
   bool small_batch_gemv() const;
+  bool ordered_sums() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

@@ -71,6 +71,9 @@ struct DevMatrix {
   // CUDA-core path, M ≤ 8: gemv.cu's kernel (W and A in double-buffered chunks, W by cp.async,
   // then the same per-output FMA chain), bit-identical to the tiled kernel.
   bool small_batch_gemv = false;
+  // The K-chunked summation order of sum_order.h on CUDA cores (gemm.cu), which its host emulator
+  // predicts bit for bit; tensor cores and the small-batch kernel stand aside for such a matrix.
+  bool ordered_sums = false;
   bool empty() const { return n == 0; }
 };
 
@@ -83,6 +86,8 @@ class DeviceWeights {
   void use_tensor_cores(bool on) { tensor_cores_ = on; }
   // Matrices uploaded from now on use gemv.cu for M ≤ 8 (DevMatrix::small_batch_gemv).
   void use_small_batch_gemv(bool on) { small_batch_gemv_ = on; }
+  // Matrices uploaded from now on use the K-chunked order (DevMatrix::ordered_sums).
+  void use_ordered_sums(bool on) { ordered_sums_ = on; }
   // Float32 vector (norms, mixes, pos biases, ...), kept in float32 whatever the mode.
   const float* f32(const float* host, size_t n);
   const float* f32(const std::vector<float>& host) { return f32(host.data(), host.size()); }
@@ -98,7 +103,7 @@ class DeviceWeights {
 
  private:
   CudaWeightType type_;
-  bool tensor_cores_ = false, small_batch_gemv_ = false;
+  bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

@@ -4,6 +4,7 @@
 // reads hit distinct banks), BK of K per step, the next step's tile prefetched into registers.
 #include "kernels/gemm.cuh"
 #include "kernels/gemm_parts.cuh"
+#include "kernels/sum_order.h"
 
 namespace mixserve::cuda {
 
@@ -13,6 +14,7 @@ using namespace gemm_parts;
 
 // SHE's lag matrix (gemm.cuh); K ends, per block, after the longest history among its rows.
 struct LagLoader {
+  static constexpr bool kSplitK = true;  // always with `partial`: a block per group of K
   LagIn in;
   int K;
 
@@ -36,10 +38,17 @@ struct LagLoader {
   }
 };
 
-template <typename WT, int BM, int BN, int TM, int TN, int BK, typename Loader>
+// Ordered (DevMatrix::ordered_sums): the K-chunked order of sum_order.h instead of one FMA chain
+// — acc holds the open chunk, grp the open group, all the groups so far; the flushes follow the
+// shared index maps after each BK step (BK divides 64). With `partial` (split-K by groups of
+// 256) a block writes its group's sum and lag_reduce_kernel adds the groups in order. grp and all
+// live in shared memory, each thread's own slots (no barrier): in registers they took the 64×64
+// tile to 158 registers (ptxas-budget); they are touched once per 64 of K.
+template <typename WT, int BM, int BN, int TM, int TN, int BK, bool Ordered, typename Loader>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     gemm_kernel(Loader a, const WT* __restrict__ W, const float* __restrict__ bias, int M, int N,
                 int K, int k_chunk, GemmOut out, float* partial) {
+  static_assert(!Ordered || kSumChunk % BK == 0, "a K step must not straddle a chunk");
   constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
   constexpr int A_PER = BM * BK / NT, B_PER = BN * BK / NT;
   static_assert(BM * BK % NT == 0 && BN * BK % NT == 0, "tile loads must split evenly");
@@ -67,10 +76,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   };
 
   float acc[TM][TN];
+  constexpr int kOrdered = Ordered ? TM * TN * NT : 1;
+  constexpr int kTotals = Loader::kSplitK ? 1 : kOrdered;
+  __shared__ float grp[kOrdered], all[kTotals];  // output (i, j) of thread tid: [(i·TN + j)·NT + tid]
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+  if constexpr (Ordered)
+#pragma unroll
+    for (int e = 0; e < TM * TN; ++e) grp[e * NT + tid] = 0.0f;
 
   if (k_begin < k_stop) fetch(k_begin);
   for (int k0 = k_begin; k0 < k_stop; k0 += BK) {
@@ -99,6 +114,26 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         for (int j = 0; j < TN; ++j) acc[i][j] = __fmaf_rn(av[i], bv[j], acc[i][j]);
     }
     __syncthreads();
+    if constexpr (Ordered) {
+      const int k_last = min(k0 + BK, k_stop) - 1;
+      if (tile_ends_chunk(k0, BK, k_stop)) {
+        const bool opens = chunk_opens_group(k_last);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) {
+            float& g = grp[(i * TN + j) * NT + tid];
+            g = opens ? acc[i][j] : sum_add(g, acc[i][j]);
+            acc[i][j] = 0.0f;
+          }
+      }
+      if (!Loader::kSplitK && tile_ends_group(k0, BK, k_stop)) {
+        const bool opens = group_opens_range(k_last, k_begin);
+#pragma unroll
+        for (int e = 0; e < TM * TN; ++e)
+          all[e * NT + tid] = opens ? grp[e * NT + tid] : sum_add(all[e * NT + tid], grp[e * NT + tid]);
+      }
+    }
   }
 
 #pragma unroll
@@ -107,8 +142,10 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     for (int j = 0; j < TN; ++j) {
       const int r = m0 + ty + i * TY, n = n0 + tx + j * TX;
       if (r >= M || n >= N) continue;
-      if (partial) partial[(static_cast<int64_t>(blockIdx.z) * M + r) * N + n] = acc[i][j];
-      else finish(out, bias, r, n, acc[i][j]);
+      float v = acc[i][j];
+      if constexpr (Ordered) v = (Loader::kSplitK ? grp : all)[(i * TN + j) * NT + tid];
+      if (partial) partial[(static_cast<int64_t>(blockIdx.z) * M + r) * N + n] = v;
+      else finish(out, bias, r, n, v);
     }
 }
 
@@ -130,8 +167,13 @@ template <typename WT, int BM, int BN, int TM, int TN, int BK, typename Loader>
 void launch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk, int chunks,
             const GemmOut& out, float* partial) {
   const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM), chunks);
-  gemm_kernel<WT, BM, BN, TM, TN, BK, Loader><<<grid, (BM / TM) * (BN / TN), 0, stream>>>(
-      a, static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, k_chunk, out, partial);
+  const int threads = (BM / TM) * (BN / TN);
+  if (w.ordered_sums)
+    gemm_kernel<WT, BM, BN, TM, TN, BK, true, Loader><<<grid, threads, 0, stream>>>(
+        a, static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, k_chunk, out, partial);
+  else
+    gemm_kernel<WT, BM, BN, TM, TN, BK, false, Loader><<<grid, threads, 0, stream>>>(
+        a, static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, k_chunk, out, partial);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -164,7 +206,7 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
-  if (w.tensor_cores) return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
+  if (w.tensor_cores && !w.ordered_sums) return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
   if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);  // same bits, M ≤ 8
   PlainLoader a{in, w.k, nullptr, nullptr};
   dispatch(stream, a, w, M, w.k, 1, out, nullptr);
@@ -175,6 +217,7 @@ int lag_chunks(int K) { return ceil_div(K, kLagChunk); }
 void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, const GemmOut& out,
                float* partial) {
   if (M <= 0) return;
+  static_assert(kLagChunk == kSumGroupK, "split-K by the order's groups (sum_order.h)");
   LagLoader a{in, w.k};
   dispatch(stream, a, w, M, kLagChunk, lag_chunks(w.k), out, partial);
   const int64_t n = static_cast<int64_t>(M) * w.n;

@@ -71,6 +71,7 @@ __device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int 
 
 // Rows of x, layer-normed on load when in.ln_w is set (statistics in double, as the CPU does).
 struct PlainLoader {
+  static constexpr bool kSplitK = false;  // one block sums all of K
   GemmIn in;
   int K;
   float* mean;  // shared, [BM]

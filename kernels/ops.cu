@@ -148,6 +148,7 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
   }
   m.tensor_cores = tensor_cores_ && m.type != CudaWeightType::kF32;
   m.small_batch_gemv = small_batch_gemv_;
+  m.ordered_sums = ordered_sums_;
   if (bias) m.bias = f32(bias, n);
   return m;
 }

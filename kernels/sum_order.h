@@ -1,0 +1,112 @@
+// The K-chunked summation order (#24 item 1): one order for every projection, defined by K alone,
+// so that any tile shape, thread split or split-K gives the same bits — and a host emulator that
+// predicts them. Plain C++ when not compiled by nvcc: the CPU tests (tests/engine/
+// test_sum_order.cc) run the emulator and the kernels' index maps without a GPU.
+//
+// The order, for one output y = Σ_k a[k]·w[k]:
+//   s_c = fma chain over k = 64c … min(64c + 64, K) − 1, starting from +0   (chunk c, 64 terms)
+//   g_j = s_4j + s_4j+1 + s_4j+2 + s_4j+3, added left to right              (group j, 256 of K)
+//   y   = g_0 + g_1 + …, added left to right
+// Chunks and groups past K do not exist (a group may hold fewer than 4 chunks). Zero padding
+// inside the last chunk (a tile's rows beyond K) adds fma(0, w, s) = s, which changes nothing.
+// A group is split-K's unit: a block that owns K range [256j, 256j + 256) writes g_j, and the
+// reduction adds the g_j in order (SHE's lag GEMM, kLagChunk = 256).
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define MIXSERVE_HD __host__ __device__
+#else
+#include <cmath>
+#define MIXSERVE_HD
+#endif
+
+namespace mixserve::cuda {
+
+constexpr int kSumChunk = 64;                      // terms per FMA chain
+constexpr int kSumGroup = 4;                       // chunks per group
+constexpr int kSumGroupK = kSumChunk * kSumGroup;  // K per group (256)
+
+// Index maps the kernels and the tests share.
+MIXSERVE_HD constexpr int sum_chunks(int K) {
+  return (K + kSumChunk - 1) / kSumChunk;
+}
+MIXSERVE_HD constexpr int sum_groups(int K) {
+  return (K + kSumGroupK - 1) / kSumGroupK;
+}
+// After the term at k, does a chunk end (k + 1 a multiple of 64, or the last term)?
+MIXSERVE_HD constexpr bool ends_chunk(int k, int K) {
+  return (k + 1) % kSumChunk == 0 || k + 1 == K;
+}
+MIXSERVE_HD constexpr bool ends_group(int k, int K) {
+  return (k + 1) % kSumGroupK == 0 || k + 1 == K;
+}
+// A tile that walks K in steps of bk ends a chunk after its step at k0 exactly when the step's
+// last term does: bk must divide 64 (every tile shape in gemm.cu does).
+MIXSERVE_HD constexpr bool tile_ends_chunk(int k0, int bk, int K) {
+  return ends_chunk((k0 + bk < K ? k0 + bk : K) - 1, K);
+}
+MIXSERVE_HD constexpr bool tile_ends_group(int k0, int bk, int K) {
+  return ends_group((k0 + bk < K ? k0 + bk : K) - 1, K);
+}
+
+// The chunk that ends at term k_last is the first of its group (its sum starts the group's), and
+// the group that ends there is the first of a K range starting at k_begin (its sum starts the
+// total): so a kernel needs no loop-carried flags.
+MIXSERVE_HD constexpr bool chunk_opens_group(int k_last) {
+  return k_last / kSumChunk * kSumChunk % kSumGroupK == 0;
+}
+MIXSERVE_HD constexpr bool group_opens_range(int k_last, int k_begin) {
+  return k_last / kSumGroupK * kSumGroupK <= k_begin;
+}
+
+MIXSERVE_HD inline float sum_fma(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+MIXSERVE_HD inline float sum_add(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  volatile float s = a + b;  // no contraction with anything around it
+  return s;
+#endif
+}
+
+// One output's running sum in the order above. fma() one term at a time; end_chunk() when a chunk
+// ends (ends_chunk), end_group() when a group ends (after end_chunk). total() once all of K is in.
+struct OrderedSum {
+  float chunk = 0.0f, group = 0.0f, all = 0.0f;
+  bool group_started = false, all_started = false;
+
+  MIXSERVE_HD void fma(float a, float w) { chunk = sum_fma(a, w, chunk); }
+  MIXSERVE_HD void end_chunk() {
+    group = group_started ? sum_add(group, chunk) : chunk;
+    group_started = true;
+    chunk = 0.0f;
+  }
+  MIXSERVE_HD void end_group() {
+    all = all_started ? sum_add(all, group) : group;
+    all_started = true;
+    group_started = false;
+  }
+  MIXSERVE_HD float group_sum() const { return group; }  // the open group (split-K's partial)
+  MIXSERVE_HD float total() const { return all; }
+};
+
+// The emulator: y = Σ_k a[k]·w[k] in the order above, term by term.
+MIXSERVE_HD inline float ordered_dot(const float* a, const float* w, int K) {
+  OrderedSum s;
+  for (int k = 0; k < K; ++k) {
+    s.fma(a[k], w[k]);
+    if (ends_chunk(k, K)) s.end_chunk();
+    if (ends_group(k, K)) s.end_group();
+  }
+  return s.total();
+}
+
+}  // namespace mixserve::cuda
