@@ -16,6 +16,22 @@ from .common import linear, merge_heads, split_heads
 from .spec import MixerSpec
 
 
+def linear_attention(fq, fk, v, eps):
+    """The parallel form of the core: o_t = Σ_{j≤t} (φq_t·φk_j) v_j / (Σ_{j≤t} φq_t·φk_j + ε) per
+    head, with the features φq, φk [B, n, T, m] and v [B, n, T, h]. fla's
+    naive_recurrent_linear_attn(normalize=True, scale=1) is this with ε = 1e-10
+    (tests/golden_public/linear_attn)."""
+    a = (fq @ fk.transpose(-1, -2)).tril()  # [B, n, T, T]
+    return (a @ v) / (a.sum(-1, keepdim=True) + eps)
+
+
+def linear_attention_step(S, z, fq, fk, v, eps):
+    """The recurrent form, one token: S ← S + φkᵀ v, z ← z + φk, o = φq S / (φq·z + ε)."""
+    S = S + fk.transpose(-1, -2) @ v
+    z = z + fk[:, :, 0]
+    return S, z, (fq @ S) / ((fq[:, :, 0] * z).sum(-1)[..., None, None] + eps)
+
+
 class LinearAttention(nn.Module, MixerSpec):
     name = "linear"
     params = {"heads": 1, "eps": 1e-6}
@@ -51,9 +67,7 @@ class LinearAttention(nn.Module, MixerSpec):
 
     def forward(self, x):
         fq, fk, v = self._phi_qkv(x)
-        T = x.shape[1]
-        a = (fq @ fk.transpose(-1, -2)).tril()  # [B, n, T, T]
-        return self.o(merge_heads((a @ v) / (a.sum(-1, keepdim=True) + self.eps)))
+        return self.o(merge_heads(linear_attention(fq, fk, v, self.eps)))
 
     def init_state(self, B, device):
         m = self.n_features()
@@ -62,11 +76,8 @@ class LinearAttention(nn.Module, MixerSpec):
 
     def step(self, x, state, pos):
         fq, fk, v = self._phi_qkv(x[:, None])  # [B, n, 1, ·]
-        state["S"] = state["S"] + fk.transpose(-1, -2) @ v
-        state["z"] = state["z"] + fk[:, :, 0]
-        num = fq @ state["S"]  # [B, n, 1, h]
-        den = (fq[:, :, 0] * state["z"]).sum(-1)[..., None, None] + self.eps
-        return self.o(merge_heads(num / den))[:, 0]
+        state["S"], state["z"], o = linear_attention_step(state["S"], state["z"], fq, fk, v, self.eps)
+        return self.o(merge_heads(o))[:, 0]
 
 
 class Performer(LinearAttention):

@@ -17,6 +17,24 @@ def gammas(n):
     return 1.0 - 2.0 ** (-5.0 - torch.arange(n, dtype=torch.float64))
 
 
+def retention(q, k, v, gamma):
+    """The parallel form of retention's core: o_t = Σ_{j≤t} γ^{t−j} (q_t·k_j) v_j per head, with q,
+    k, v [B, n, T, h] (k already scaled) and gamma [n]. fla's naive_retention is this with k
+    scaled inside (tests/golden_public/retention)."""
+    T = q.shape[2]
+    t = torch.arange(T, device=q.device)
+    lag = (t[:, None] - t[None, :]).to(q.dtype)
+    decay = torch.exp(lag[None] * torch.log(gamma.to(q.dtype))[:, None, None])  # γ^{t-j}
+    decay = decay.masked_fill(lag[None] < 0, 0.0)  # [n, T, T]
+    return ((q @ k.transpose(-1, -2)) * decay) @ v
+
+
+def retention_step(S, q, k, v, gamma):
+    """The recurrent form, one token: S ← γ S + kᵀ v, o = q S (q, k, v [B, n, 1, h])."""
+    S = S * gamma[None, :, None, None].to(S.dtype) + k.transpose(-1, -2) @ v
+    return S, q @ S
+
+
 class RetNet(nn.Module, MixerSpec):
     name = "retnet"
     params = {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5}
@@ -55,22 +73,16 @@ class RetNet(nn.Module, MixerSpec):
         return self.o(F.silu(self.g(x)) * merge_heads(o))
 
     def forward(self, x):
-        T = x.shape[1]
-        q, k, v = self._qkv(x, torch.arange(T))
-        t = torch.arange(T, device=x.device)
-        lag = (t[:, None] - t[None, :]).float()
-        decay = torch.exp(lag[None] * torch.log(self.gamma)[:, None, None])  # γ^{t-j}
-        decay = decay.masked_fill(lag[None] < 0, 0.0)  # [n, T, T]
-        return self._out(x, ((q @ k.transpose(-1, -2)) * decay) @ v)
+        q, k, v = self._qkv(x, torch.arange(x.shape[1]))
+        return self._out(x, retention(q, k, v, self.gamma))
 
     def init_state(self, B, device):
         return {"S": torch.zeros(B, self.n, self.h, self.h, device=device)}
 
     def step(self, x, state, pos):
         q, k, v = self._qkv(x[:, None], torch.tensor([pos]))  # [B, n, 1, h]
-        S = state["S"] * self.gamma[None, :, None, None] + k.transpose(-1, -2) @ v
-        state["S"] = S
-        return self._out(x[:, None], q @ S)[:, 0]
+        state["S"], o = retention_step(state["S"], q, k, v, self.gamma)
+        return self._out(x[:, None], o)[:, 0]
 
 
 def retnet_cost(d, heads):
