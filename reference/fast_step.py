@@ -278,6 +278,20 @@ class _ChannelMix:
         return r * F.linear(k, f.value.weight, f.value.bias)
 
 
+class _ReferenceStep:
+    """A mixer without a tuned class here: the reference module's own step (the same math,
+    untuned), so that a new mixer needs no entry below to be benchmarked or tested."""
+
+    def __init__(self, m, cfg):
+        self.m = m
+
+    def init_state(self, B):
+        return self.m.init_state(B, None)
+
+    def step(self, x, st, pos):
+        return self.m.step(x, st, pos)
+
+
 MIXERS = {"attention": _Attention, "aft_simple": _AftSimple, "aft_full": _AftFull, "aft_local": _AftLocal,
           "retnet": _RetNet, "linear": _LinearAttention, "performer": _LinearAttention, "rwkv": _RWKV,
           "she": _Extractor, "he": _Extractor, "we": _Extractor, "me": _Extractor}
@@ -289,7 +303,7 @@ class FastModel:
     def __init__(self, model):
         self.model, cfg = model, model.cfg
         self.cfg, self.d = cfg, cfg.d_model
-        self.mixers = [MIXERS[p["mixer"]](l.mixer, cfg) for p, l in zip(cfg.layers, model.layers)]
+        self.mixers = [MIXERS.get(p["mixer"], _ReferenceStep)(l.mixer, cfg) for p, l in zip(cfg.layers, model.layers)]
         self.ffns = [(_MLP if cfg.ffn == "mlp" else _ChannelMix)(l.ffn, cfg) for l in model.layers]
         self.norms = [(l.ln1.weight, l.ln1.bias, l.ln2.weight, l.ln2.bias) for l in model.layers]
         self.head_w = getattr(model.head, "weight", model.embed.weight)

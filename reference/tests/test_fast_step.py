@@ -47,6 +47,18 @@ class FastStepEqualsStep(unittest.TestCase):
         self.check(["attention", "aft_local", "she", "rwkv", "performer"], 7, batch=1, position="none",
                    embed_norm=True)
 
+    def test_a_mixer_without_a_tuned_class_runs_the_reference_step(self):
+        import fast_step
+        with torch.inference_mode():
+            model = make(["retnet", "she"], 3)
+            saved = fast_step.MIXERS.pop("retnet")
+            try:
+                fast = FastModel(model)
+                self.assertIsInstance(fast.mixers[0], fast_step._ReferenceStep)
+                self.assertLessEqual(check_against_reference(model, fast, positions=12), 1e-5)
+            finally:
+                fast_step.MIXERS["retnet"] = saved
+
     def test_a_wrong_step_is_caught(self):
         with torch.inference_mode():
             model = make(["aft_local"], 1)
