@@ -1,7 +1,7 @@
 // The CUDA backend op by op: the check tests/engine/test_backend_ops.cc runs on the CPU backend
 // (random models around every mixer, random page sizes, random batches of prefill chunks and
 // decode rows, every logits row against the float64 model), with float32 weights, CUDA graphs on
-// and off. Skips without a CUDA device.
+// and off; and at the real width with float16 weights. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include "kernels/cuda_backend.h"
@@ -26,6 +26,26 @@ TEST_P(CudaBackendOps, EveryRowMatchesTheFloat64Model) {
     const OpsResult r = check_backend_ops(backend, m, rng, /*sequences=*/5, /*tolerance=*/1e-4);
     EXPECT_EQ(r.failure, "") << "model " << model << ", page_floats " << o.page_floats
                              << ", graphs " << o.graphs;
+  }
+}
+
+// The real width (d = 1024, the FFN 1024 or 4096 wide: K of 1024 and 4096, every GEMM tile shape
+// at these batches, several N-tiles) with float16 weights, rounded so that the float64 model reads
+// what the GPU holds; the CPU backend stays within 2.6e-6 of the largest logit there (1e-4
+// allowed).
+TEST_P(CudaBackendOps, RealWidthHalfWeightsMatchTheFloat64Model) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(4321 + static_cast<int>(GetParam()));
+  for (int model = 0; model < 2; ++model) {
+    RandomModel m = random_model(GetParam(), rng, /*d_model=*/1024);
+    round_weights_to_half(m);
+    CudaBackendOptions o;
+    o.pool_bytes = 64 << 20;
+    o.weights = CudaWeightType::kF16;
+    o.graphs = model == 0;
+    CudaBackend backend(m.cfg, m.weights, o);
+    const OpsResult r = check_backend_ops(backend, m, rng, /*sequences=*/3, /*tolerance=*/1e-4);
+    EXPECT_EQ(r.failure, "") << "model " << model << ": " << m.config_json;
   }
 }
 

@@ -38,6 +38,25 @@ TEST_P(CpuBackendOps, EveryRowMatchesTheFloat64Model) {
               worst);
 }
 
+// The real width: d = 1024, the FFN 1024 or 4096 wide (K up to 4096, the GEMM's blocked paths),
+// weights rounded to float16 values and packed as float16 (what the shipped models use), one
+// model per mixer. The same check runs on the GPU in CudaBackendOps.RealWidthHalfWeights*.
+TEST_P(CpuBackendOps, RealWidthHalfWeightsMatchTheFloat64Model) {
+  std::mt19937 rng(4321 + static_cast<int>(GetParam()));
+  RandomModel m = random_model(GetParam(), rng, /*d_model=*/1024);
+  round_weights_to_half(m);
+  CpuBackendOptions o;
+  o.pool_bytes = 64 << 20;
+  o.threads = 2;
+  o.weights = WeightFormat::kF16;
+  CpuBackend backend(m.cfg, m.weights, o);
+  // Measured 2026-11-26: at most 2.6e-6 of the largest logit (retnet); 1e-4 as on small shapes.
+  const OpsResult r = check_backend_ops(backend, m, rng, /*sequences=*/2, /*tolerance=*/1e-4);
+  EXPECT_EQ(r.failure, "") << m.config_json;
+  std::printf("%s at d 1024, ffn %lld: %d rows, worst relative difference %.3g\n",
+              mixer_kind_name(GetParam()), static_cast<long long>(m.cfg.ffn_dim), r.rows, r.worst);
+}
+
 INSTANTIATE_TEST_SUITE_P(Mixers, CpuBackendOps, ::testing::ValuesIn(all_mixer_kinds()),
                          [](const auto& info) { return std::string(mixer_kind_name(info.param)); });
 

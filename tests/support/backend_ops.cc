@@ -7,6 +7,7 @@
 
 #include "engine/mixers/registry.h"
 #include "engine/model_weights.h"
+#include "engine/safetensors.h"
 #include "tests/support/float64_model.h"
 #include "tests/support/golden.h"
 
@@ -75,16 +76,22 @@ std::vector<float> random_tensor(const WeightSpec& s, std::mt19937& rng) {
 
 }  // namespace
 
-RandomModel random_model(MixerKind kind, std::mt19937& rng) {
-  const int heads = pick<int>(rng, {1, 2, 4});
+RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model) {
+  int heads = pick<int>(rng, {1, 2, 4});
   // d ≥ 4: a layer norm over 2 channels maps every row to ±1 and turns float32 rounding into
   // differences of ~5e-4 of a logit (performer, d = 2), a property of the shape, not of a backend
   const int h = heads == 1 ? pick<int>(rng, {4, 6, 8}) : pick<int>(rng, {2, 4, 6, 8});
-  const int d = heads * h;
+  int d = heads * h, ffn = 0;  // 0: drawn below, where it always was (the CPU test's models)
+  if (d_model > 0) {
+    d = d_model;
+    heads = pick<int>(rng, {1, 4, 16});
+    while (d % heads || (d / heads) % 2) heads /= 2;
+    ffn = d * pick<int>(rng, {1, 4});
+  }
   nlohmann::json cfg = {
       {"vocab_size", uniform(rng, 11, 61)},
       {"d_model", d},
-      {"ffn_dim", uniform(rng, 4, 40)},
+      {"ffn_dim", ffn > 0 ? ffn : uniform(rng, 4, 40)},
       {"max_seq_len", 32},
       {"position", pick<std::string>(rng, {"learned", "sinusoidal", "none"})},
       {"embed_scale", pick<double>(rng, {1.0, std::sqrt(static_cast<double>(d))})},
@@ -108,6 +115,11 @@ RandomModel random_model(MixerKind kind, std::mt19937& rng) {
   for (const WeightSpec& s : expected_weights(m.cfg))
     m.weights.tensors[s.name] = random_tensor(s, rng);
   return m;
+}
+
+void round_weights_to_half(RandomModel& m) {
+  for (auto& [name, values] : m.weights.tensors)
+    for (float& v : values) v = half_to_float(float_to_half(v));
 }
 
 OpsResult check_backend_ops(Backend& backend, const RandomModel& m, std::mt19937& rng,

@@ -32,8 +32,14 @@ struct RandomModel {
   std::string config_json;  // what the test prints when it fails
 };
 
-// A model whose first layer is `kind`, everything else drawn from rng.
-RandomModel random_model(MixerKind kind, std::mt19937& rng);
+// A model whose first layer is `kind`, everything else drawn from rng. d_model > 0 fixes the width
+// (heads then drawn among those giving an even head size, the FFN 1 or 4 times as wide): the real
+// shapes, where the GEMMs' long-K and multi-tile paths run.
+RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model = 0);
+
+// Rounds every weight to the nearest float16 value, so that a backend storing them in float16
+// holds exactly what the float64 model reads.
+void round_weights_to_half(RandomModel& m);
 
 struct OpsResult {
   std::string failure;  // empty when every row matched
