@@ -300,11 +300,13 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
                              scratch * page_bytes, m.stream));
 
   DeviceWeights& dw = m.weights;
-  m.tensor_cores = env_switch("MIXSERVE_CUDA_TENSOR_CORES", opts.tensor_cores);
-  m.small_batch_gemv = env_switch("MIXSERVE_CUDA_GEMV", opts.small_batch_gemv);
+  // The K-chunked order is a CUDA-core order over the tiled kernel: the options that would take a
+  // GEMM elsewhere are off with it.
+  m.ordered_sums = env_switch("MIXSERVE_CUDA_ORDERED", opts.ordered_sums);
+  m.tensor_cores = env_switch("MIXSERVE_CUDA_TENSOR_CORES", opts.tensor_cores) && !m.ordered_sums;
+  m.small_batch_gemv = env_switch("MIXSERVE_CUDA_GEMV", opts.small_batch_gemv) && !m.ordered_sums;
   dw.use_tensor_cores(m.tensor_cores);
   dw.use_small_batch_gemv(m.small_batch_gemv);
-  m.ordered_sums = env_switch("MIXSERVE_CUDA_ORDERED", opts.ordered_sums);
   dw.use_ordered_sums(m.ordered_sums);
   m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
   m.embed_params.scale = cfg.embed_scale;

@@ -40,7 +40,7 @@ struct CudaBackendOptions {
   bool small_batch_gemv = false;
   // Every CUDA-core projection in the K-chunked order of kernels/sum_order.h (chunks of 64 summed
   // by FMA chains, groups of 256, both added in order), which the host emulator ordered_dot
-  // predicts bit for bit; tensor_cores and small_batch_gemv stand aside. MIXSERVE_CUDA_ORDERED=1|0
+  // predicts bit for bit; it turns tensor_cores and small_batch_gemv off. MIXSERVE_CUDA_ORDERED=1|0
   // overrides. Off by default until verified on a GPU.
   bool ordered_sums = false;
   int device = 0;

@@ -72,7 +72,7 @@ struct DevMatrix {
   // then the same per-output FMA chain), bit-identical to the tiled kernel.
   bool small_batch_gemv = false;
   // The K-chunked summation order of sum_order.h on CUDA cores (gemm.cu), which its host emulator
-  // predicts bit for bit; tensor cores and the small-batch kernel stand aside for such a matrix.
+  // predicts bit for bit (the backend turns tensor_cores and small_batch_gemv off with it).
   bool ordered_sums = false;
   bool empty() const { return n == 0; }
 };

@@ -206,7 +206,7 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
-  if (w.tensor_cores && !w.ordered_sums) return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
+  if (w.tensor_cores) return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
   if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);  // same bits, M ≤ 8
   PlainLoader a{in, w.k, nullptr, nullptr};
   dispatch(stream, a, w, M, w.k, 1, out, nullptr);

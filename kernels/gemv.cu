@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 bool gemv_applies(const DevMatrix& w, int M) {
-  return w.small_batch_gemv && !w.tensor_cores && !w.ordered_sums && M >= 1 && M <= kRows &&
+  return w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows &&
          (w.type == CudaWeightType::kF32 || w.k % 2 == 0);
 }
 

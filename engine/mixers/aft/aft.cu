@@ -169,7 +169,7 @@ class CudaAft : public CudaPart {
     float *qkv = st.s.proj, *mixed = st.s.mixed;
     const bool decode = rows == st.batch.n_seq;  // one row per sequence
     if (kind_ == MixerKind::kAftSimple && decode && rows <= kFusedRows && qkv_.small_batch_gemv &&
-        !qkv_.tensor_cores && !qkv_.ordered_sums) {
+        !qkv_.tensor_cores) {
       fused_decode(st);
       gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
       return;
