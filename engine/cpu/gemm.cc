@@ -22,6 +22,7 @@ constexpr int64_t P = PackedWeight::kPanel;
 constexpr int64_t kRowTile = 12;    // rows per tile: 12 × 16 columns in AVX-512 (12 accumulators)
 constexpr int64_t kRowsAvx2 = 6;    // AVX2 runs a tile as two halves of 6 (12 ymm accumulators)
 constexpr int64_t kGemvPanels = 4;  // one row × 4 panels: 8 accumulators for batch-1 decode
+constexpr int64_t kGemvPrefetchBytes = 2048;  // how far ahead batch-1 decode prefetches a panel
 bool g_force_scalar = false, g_force_avx2 = false;
 
 // The panel kinds the kernels read: plain values (float, float16, int8), or int4 nibbles with
@@ -31,6 +32,15 @@ struct Int4Panel {
   const float* scale;  // [ceil(K / kInt4Group)][P]
 };
 constexpr int64_t G4 = PackedWeight::kInt4Group;
+
+// Where a panel's weights start in memory (int4: its nibbles; the scales are small).
+template <typename T>
+const char* panel_address(const T* p) {
+  return reinterpret_cast<const char*>(p);
+}
+inline const char* panel_address(const Int4Panel& p) {
+  return reinterpret_cast<const char*>(p.q);
+}
 
 inline float weight(const float* p, int64_t k, int64_t j) {
   return p[k * P + j];
@@ -141,15 +151,22 @@ __attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const Int4Panel
                          _mm512_mul_ps(scale, _mm512_set1_ps(-8.0f)));
 }
 
+// pf … pf_end: bytes of the next work item's weights to bring into L2 meanwhile, one cache line
+// a k (see multiply_packed); prefetching changes no result.
 template <int R, typename W>
 __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int64_t ldx,
                                                              const W p0, const W p1, int64_t K,
-                                                             float* out /* [R][2P] */) {
+                                                             float* out /* [R][2P] */,
+                                                             const char* pf, const char* pf_end) {
   static_assert(R >= 1 && R <= 12);
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
          a8 = a0, a9 = a0, a10 = a0, a11 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0,
          b6 = a0, b7 = a0, b8 = a0, b9 = a0, b10 = a0, b11 = a0;
   for (int64_t k = 0; k < K; ++k) {
+    if (pf < pf_end) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
+    }
     const __m512 w0 = load16(p0, k), w1 = load16(p1, k);
 #define MIXSERVE_ROW(i)                               \
   if constexpr (R > i) {                              \
@@ -161,8 +178,10 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
     MIXSERVE_ROW(1)
     MIXSERVE_ROW(2)
     MIXSERVE_ROW(3)
-    MIXSERVE_ROW(4) MIXSERVE_ROW(5) MIXSERVE_ROW(6) MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9)
-        MIXSERVE_ROW(10) MIXSERVE_ROW(11)
+    MIXSERVE_ROW(4)
+    MIXSERVE_ROW(5)
+    MIXSERVE_ROW(6) MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10)
+        MIXSERVE_ROW(11)
 #undef MIXSERVE_ROW
   }
 #define MIXSERVE_STORE(i)                        \
@@ -174,8 +193,10 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
   MIXSERVE_STORE(1)
   MIXSERVE_STORE(2)
   MIXSERVE_STORE(3)
-  MIXSERVE_STORE(4) MIXSERVE_STORE(5) MIXSERVE_STORE(6) MIXSERVE_STORE(7) MIXSERVE_STORE(8)
-      MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
+  MIXSERVE_STORE(4)
+  MIXSERVE_STORE(5)
+  MIXSERVE_STORE(6) MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10)
+      MIXSERVE_STORE(11)
 #undef MIXSERVE_STORE
 }
 
@@ -202,12 +223,26 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W*
 
 // One row against up to kGemvPanels panels with one zmm per panel: the same fma sequence per
 // output as gemv_avx2 in half the instructions (batch-1 decode of SHE's W·d² extraction is
-// this loop).
+// this loop). Each of the four panels is its own stream of K·32 bytes (float16), too short and
+// too many for the hardware prefetcher to run far enough ahead: each stream is prefetched
+// kGemvPrefetchBytes ahead, one cache line at a time (a prefetch past a panel's end reads the
+// next panel's start, which is read soon after anyway; prefetches never fault).
+// Measured with mixserve-projection-bench --copies 16 (weights from memory), float16, medians of
+// 6 alternated rounds, 2026-11-27: 3072 × 768 at 27 → 37 GB/s on one thread and 59 → 75 on two;
+// 768 × 3072 at 37 → 42 and 76 → 82 (1 KB, 3 KB and 4 KB ahead were slower than 2 KB).
 template <typename W>
 __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const W* p, int64_t K,
                                                              float* out) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  constexpr int64_t row_bytes = sizeof(*p[0]) * P, every = std::max<int64_t>(1, 64 / row_bytes);
   for (int64_t k = 0; k < K; ++k) {
+    if (k % every == 0) {
+      const int64_t ahead = k * row_bytes + kGemvPrefetchBytes;
+      _mm_prefetch(panel_address(p[0]) + ahead, _MM_HINT_T0);
+      _mm_prefetch(panel_address(p[1]) + ahead, _MM_HINT_T0);
+      _mm_prefetch(panel_address(p[2]) + ahead, _MM_HINT_T0);
+      _mm_prefetch(panel_address(p[3]) + ahead, _MM_HINT_T0);
+    }
     const __m512 xv = _mm512_set1_ps(x[k]);
     a0 = _mm512_fmadd_ps(xv, load16(p[0], k), a0);
     a1 = _mm512_fmadd_ps(xv, load16(p[1], k), a1);
@@ -241,6 +276,13 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
                  o2 = _mm512_mul_ps(s2, minus8), o3 = _mm512_mul_ps(s3, minus8);
     int64_t k = k0;
     for (; k + 1 < k1; k += 2) {
+      if (k % 8 == 0) {  // 16 bytes a pair of k per panel: a cache line every 4 pairs
+        const int64_t ahead = (k >> 1) * P + kGemvPrefetchBytes;
+        _mm_prefetch(panel_address(p[0]) + ahead, _MM_HINT_T0);
+        _mm_prefetch(panel_address(p[1]) + ahead, _MM_HINT_T0);
+        _mm_prefetch(panel_address(p[2]) + ahead, _MM_HINT_T0);
+        _mm_prefetch(panel_address(p[3]) + ahead, _MM_HINT_T0);
+      }
       const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
 #define MIXSERVE_PANEL(i)                                                              \
   {                                                                                    \
@@ -299,7 +341,8 @@ bool have_avx512() {
 template <typename W>
 using PanelKernel = void (*)(const float*, int64_t, const W, int64_t, float*, int64_t);
 template <typename W>
-using PairKernel = void (*)(const float*, int64_t, const W, const W, int64_t, float*);
+using PairKernel = void (*)(const float*, int64_t, const W, const W, int64_t, float*, const char*,
+                            const char*);
 template <typename W, int... I>
 constexpr std::array<PairKernel<W>, sizeof...(I)> pair_avx512_table(
     std::integer_sequence<int, I...>) {
@@ -321,12 +364,12 @@ K kernel_for(const std::array<K, N>& table, int64_t rows) {
 // kernel the CPU has: out[r][0..P) from p0, out[r][P..2P) from p1.
 template <typename W>
 void run_pair(const float* x, int64_t ldx, int64_t rows, const W& p0, const W& p1, bool two,
-              int64_t K, float* out /* [rows][2P] */) {
+              int64_t K, float* out /* [rows][2P] */, const char* pf, const char* pf_end) {
 #if defined(__x86_64__)
   if (have_avx512() && !g_force_scalar && !g_force_avx2)  // a lone panel is computed twice
     return kernel_for(
         pair_avx512_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowTile)>{}), rows)(
-        x, ldx, p0, two ? p1 : p0, K, out);
+        x, ldx, p0, two ? p1 : p0, K, out, pf, pf_end);
   if (have_avx2() && !g_force_scalar) {
     for (int half = 0; half < (two ? 2 : 1); ++half)
       for (int64_t r0 = 0; r0 < rows; r0 += kRowsAvx2)
@@ -341,12 +384,22 @@ void run_pair(const float* x, int64_t ldx, int64_t rows, const W& p0, const W& p
 }
 
 // y = x·Wᵀ·diag(col_scale) + b over the panels panel(0 … ceil(n_out / P)), where panel(i) gives
-// the i-th panel of the matrix (col_scale, bias: null when none).
+// the i-th panel of the matrix (col_scale, bias: null when none). prefetch: at batch > 2, each
+// pair of panels brings the next pair's weights into L2 as its tiles run, so that the pair's first
+// tile reads them from L2 instead of memory (false when only a prefix of k is read: the rest of
+// each panel would be fetched for nothing). Measured with mixserve-projection-bench --copies 16,
+// batch 32, float16, 2 threads, 3 alternated rounds, 2026-11-27: 3072 × 768 at 316–322 → 362–365
+// GFLOP/s, 768 × 3072 at 349–366 → 355–393. Batch-1 decode prefetches within its streams
+// instead (gemv_avx512): one item ahead, as here, made it 20–35% slower.
 template <typename W, typename PanelAt>
 void multiply_packed(PanelAt panel, const float* col_scale, const float* bias, int64_t n_out,
                      const float* x, int64_t ldx, int64_t rows, int64_t k_used, float* y,
-                     int64_t ldy, ThreadPool* pool) {
+                     int64_t ldy, ThreadPool* pool, bool prefetch) {
   const int64_t panels = (n_out + P - 1) / P;
+  // Panels lie `stride` bytes apart from `base` on: panel i's weights are base + i·stride.
+  const char* const base = panel_address(panel(0));
+  const int64_t stride = panels > 1 ? panel_address(panel(1)) - base : 0;
+  prefetch = prefetch && stride > 0;
   // acc + 0 without a bias, as before: −0 becomes +0 either way. No branch inside the loop, so
   // it vectorises (the scalar form cost ~10% of a batch-64 GEMM).
   auto store = [&](int64_t row, int64_t n0, int64_t width, float* acc) {
@@ -407,8 +460,17 @@ void multiply_packed(PanelAt panel, const float* col_scale, const float* bias, i
       const int64_t pair = i / tiles, tile = i % tiles;
       const int64_t r0 = rows * tile / tiles, nr = rows * (tile + 1) / tiles - r0;
       const bool two = 2 * pair + 1 < panels;
+      // Each tile of a pair brings its share of the next pair into L2, when this thread's chunk
+      // has it: the pair's first tile then reads its weights from L2 instead of memory.
+      const char *pf = nullptr, *pf_end = nullptr;
+      if (prefetch && pair + 1 < pairs && (pair + 1) * tiles < i1) {
+        const char* next = base + 2 * (pair + 1) * stride;
+        const int64_t bytes = std::min<int64_t>(2, panels - 2 * (pair + 1)) * stride;
+        pf = next + bytes * tile / tiles;
+        pf_end = next + bytes * (tile + 1) / tiles;
+      }
       run_pair(x + r0 * ldx, ldx, nr, panel(2 * pair), panel(two ? 2 * pair + 1 : 2 * pair), two,
-               k_used, out);
+               k_used, out, pf, pf_end);
       for (int64_t r = 0; r < nr; ++r) store(r0 + r, 2 * pair * P, 2 * P, out + r * 2 * P);
     }
   };
@@ -517,18 +579,19 @@ void PackedWeight::run(const float* x, int64_t ldx, int64_t rows, int64_t k_used
                        int64_t count, float* y, int64_t ldy, ThreadPool* pool) const {
   const float* bias = bias_.empty() ? nullptr : bias_.data() + first;
   const int64_t p0 = first / kPanel, K = k_;
+  const bool whole = k_used == K;  // every weight of a panel is read: prefetch the next item's
   switch (format_) {
     case WeightFormat::kF16: {
       const uint16_t* d = panels16_.data();
       return multiply_packed<const uint16_t*>([=](int64_t i) { return d + (p0 + i) * K * P; },
                                               nullptr, bias, count, x, ldx, rows, k_used, y, ldy,
-                                              pool);
+                                              pool, whole);
     }
     case WeightFormat::kInt8: {
       const int8_t* d = panels8_.data();
       return multiply_packed<const int8_t*>([=](int64_t i) { return d + (p0 + i) * K * P; },
                                             scales_.data() + first, bias, count, x, ldx, rows,
-                                            k_used, y, ldy, pool);
+                                            k_used, y, ldy, pool, whole);
     }
     case WeightFormat::kInt4: {
       const uint8_t* q = panels4_.data();
@@ -538,12 +601,12 @@ void PackedWeight::run(const float* x, int64_t ldx, int64_t rows, int64_t k_used
           [=](int64_t i) {
             return Int4Panel{q + (p0 + i) * half_k * P, s + (p0 + i) * groups * P};
           },
-          nullptr, bias, count, x, ldx, rows, k_used, y, ldy, pool);
+          nullptr, bias, count, x, ldx, rows, k_used, y, ldy, pool, whole);
     }
     default: {
       const float* d = panels_.data();
       return multiply_packed<const float*>([=](int64_t i) { return d + (p0 + i) * K * P; }, nullptr,
-                                           bias, count, x, ldx, rows, k_used, y, ldy, pool);
+                                           bias, count, x, ldx, rows, k_used, y, ldy, pool, whole);
     }
   }
 }
