@@ -180,8 +180,8 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
     MIXSERVE_ROW(3)
     MIXSERVE_ROW(4)
     MIXSERVE_ROW(5)
-    MIXSERVE_ROW(6) MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10)
-        MIXSERVE_ROW(11)
+    MIXSERVE_ROW(6)
+    MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
 #undef MIXSERVE_ROW
   }
 #define MIXSERVE_STORE(i)                        \
@@ -195,8 +195,8 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
   MIXSERVE_STORE(3)
   MIXSERVE_STORE(4)
   MIXSERVE_STORE(5)
-  MIXSERVE_STORE(6) MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10)
-      MIXSERVE_STORE(11)
+  MIXSERVE_STORE(6)
+  MIXSERVE_STORE(7) MIXSERVE_STORE(8) MIXSERVE_STORE(9) MIXSERVE_STORE(10) MIXSERVE_STORE(11)
 #undef MIXSERVE_STORE
 }
 
@@ -226,17 +226,19 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W*
 // this loop). Each of the four panels is its own stream of K·32 bytes (float16), too short and
 // too many for the hardware prefetcher to run far enough ahead: each stream is prefetched
 // kGemvPrefetchBytes ahead, one cache line at a time (a prefetch past a panel's end reads the
-// next panel's start, which is read soon after anyway; prefetches never fault).
+// next panel's start, which is read soon after anyway; prefetches never fault). Not when only a
+// prefix of k is read (SHE's lags; `prefetch` false): the lines past it would be fetched for
+// nothing, and SHE's batch-1 step measured ~5% slower with them.
 // Measured with mixserve-projection-bench --copies 16 (weights from memory), float16, medians of
 // 6 alternated rounds, 2026-11-27: 3072 × 768 at 27 → 37 GB/s on one thread and 59 → 75 on two;
 // 768 × 3072 at 37 → 42 and 76 → 82 (1 KB, 3 KB and 4 KB ahead were slower than 2 KB).
 template <typename W>
 __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const W* p, int64_t K,
-                                                             float* out) {
+                                                             float* out, bool prefetch) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   constexpr int64_t row_bytes = sizeof(*p[0]) * P, every = std::max<int64_t>(1, 64 / row_bytes);
   for (int64_t k = 0; k < K; ++k) {
-    if (k % every == 0) {
+    if (prefetch && k % every == 0) {
       const int64_t ahead = k * row_bytes + kGemvPrefetchBytes;
       _mm_prefetch(panel_address(p[0]) + ahead, _MM_HINT_T0);
       _mm_prefetch(panel_address(p[1]) + ahead, _MM_HINT_T0);
@@ -261,7 +263,7 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
 // spent ~2.6 cycles per 16 weights on unpacking, against ~1.1 for int8 (one core, 3072 × 768).
 template <>
 __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, const Int4Panel* p,
-                                                             int64_t K, float* out) {
+                                                             int64_t K, float* out, bool prefetch) {
   // Named variables, not arrays: GCC keeps arrays of vectors on the stack (see panel_avx2).
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   const __m512i low = _mm512_set1_epi32(15);
@@ -276,7 +278,7 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
                  o2 = _mm512_mul_ps(s2, minus8), o3 = _mm512_mul_ps(s3, minus8);
     int64_t k = k0;
     for (; k + 1 < k1; k += 2) {
-      if (k % 8 == 0) {  // 16 bytes a pair of k per panel: a cache line every 4 pairs
+      if (prefetch && k % 8 == 0) {  // 16 bytes a pair of k per panel: a cache line every 4 pairs
         const int64_t ahead = (k >> 1) * P + kGemvPrefetchBytes;
         _mm_prefetch(panel_address(p[0]) + ahead, _MM_HINT_T0);
         _mm_prefetch(panel_address(p[1]) + ahead, _MM_HINT_T0);
@@ -432,7 +434,7 @@ void multiply_packed(PanelAt panel, const float* col_scale, const float* bias, i
         W p[kGemvPanels];
         for (int64_t j = 0; j < kGemvPanels; ++j) p[j] = panel(first + std::min(j, np - 1));
         if (have_avx512() && !g_force_avx2)
-          gemv_avx512(x + row * ldx, p, k_used, out);
+          gemv_avx512(x + row * ldx, p, k_used, out, prefetch);
         else
           gemv_avx2(x + row * ldx, p, k_used, out);
         store(row, first * P, np * P, out);
