@@ -1,19 +1,42 @@
-"""Fixtures made by public code no one here wrote (issue #25): the cores of retention and of
-linear attention as flash-linear-attention's naive reference forms compute them, on random
-inputs, written to tests/golden_public/<op>/ with their provenance. The public repository is read
-from a path given here and never copied into the project; CI checks the reference against the
-committed fixtures without it (reference/tests/test_public_fixtures.py).
+"""Write tests/golden_public/<op>/ from public code no one here wrote (issue #25).
 
-  /usr/bin/python3 reference/public_fixtures.py --fla PATH/TO/flash-linear-attention [--out DIR]
+Public code runs on random inputs and random-init weights; inputs, outputs and provenance.json
+are written to tests/golden_public/<op>/. Each public repository is read from a path given here
+and never copied into the project; CI checks the reference against the committed fixtures without
+it (reference/tests/test_public_fixtures.py). A fixture set is written only for the repositories
+given:
 
-fla's modules are loaded from their files alone (not the package, whose __init__ needs triton).
-fla/ops/linear_attn/naive.py imports einops at the top for its chunked form, which Debian lacks;
-the recurrent form used here does not call it, so a stand-in module named einops (whose rearrange
-raises if called) is put in sys.modules while the file loads: nothing of einops runs.
+  /usr/bin/python3 reference/public_fixtures.py [--fla PATH [--commit SHA]]
+      [--performer PATH [--performer-commit SHA]] [--aft-pytorch PATH [--aft-pytorch-commit SHA]]
+      [--labml PATH [--labml-commit SHA]] [--out DIR]
+
+  --fla          github.com/fla-org/flash-linear-attention   -> retention, linear_attn
+  --performer    github.com/lucidrains/performer-pytorch     -> performer
+  --aft-pytorch  github.com/rish-16/aft-pytorch              -> aft_full, aft_simple, aft_local_rish16
+  --labml        github.com/labmlai/annotated_deep_learning_paper_implementations -> aft_local
+
+A path may be an extracted snapshot without .git (`git archive | tar -x`); then give its commit.
+
+Every public file is loaded from its path alone (not its package, whose __init__ pulls in what is
+not installed). Where a file imports a missing module at the top, a stand-in module is put in
+sys.modules only while that file loads, and nothing of it runs unless said here:
+- fla/ops/linear_attn/naive.py imports einops for its chunked form, which Debian lacks; the
+  recurrent form used here does not call it (the stand-in's rearrange raises if called).
+- performer_pytorch/performer_pytorch.py imports einops, local_attention and
+  axial_positional_embedding, and performer_pytorch.reversible through its package. softmax_kernel
+  calls einops' `repeat(projection_matrix, 'j d -> b h j d', b=b, h=h)`: the stand-in implements
+  that one pattern (a copy of the [m, d] matrix for every batch and head, as einops makes) and
+  raises on any other; its rearrange raises. LocalAttention and AxialPositionalEmbedding are only
+  named by classes not used here (None stand-ins); reversible.py (torch only) is loaded from its
+  file under its package name.
+- aft-pytorch's aft_pytorch.py and labml_nn/transformers/aft/__init__.py import only torch (and
+  typing): no stand-ins.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -25,6 +48,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "reference"))
 from mixserve_ref import safetensors_io  # noqa: E402
 
+SCRIPT = "reference/public_fixtures.py"
+
 
 def load_file(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -33,10 +58,42 @@ def load_file(path, name):
     return module
 
 
-def commit_of(repo):
+@contextlib.contextmanager
+def stand_ins(modules):
+    """Put the given modules in sys.modules while a public file loads; restore what was there."""
+    saved = {name: sys.modules.get(name) for name in modules}
+    sys.modules.update(modules)
     try:
-        return subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def stand_in(name, **attrs):
+    module = types.ModuleType(name)
+    for k, v in attrs.items():
+        setattr(module, k, v)
+    return module
+
+
+def refuse(what):
+    def call(*_, **__):
+        raise RuntimeError(f"{what} is a stand-in here (see reference/public_fixtures.py): it must not run")
+    return call
+
+
+def commit_of(repo):
+    """HEAD of repo when repo is itself a git checkout's top (not a folder inside another one)."""
+    try:
+        def git(*a):
+            return subprocess.run(["git", "-C", repo, *a], capture_output=True, text=True, check=True).stdout.strip()
+        if os.path.realpath(git("rev-parse", "--show-toplevel")) != os.path.realpath(repo):
+            raise ValueError("inside another repository")
+        return git("rev-parse", "HEAD")
     except Exception:  # a snapshot without .git: say so
         return "unknown (not a git checkout)"
 
@@ -51,44 +108,184 @@ def write(out, op, tensors, provenance):
     print(f"{op}: {', '.join(f'{k} {list(v.shape)}' for k, v in tensors.items())}")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fla", required=True, help="a checkout of github.com/fla-org/flash-linear-attention")
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "golden_public"))
-    ap.add_argument("--commit", help="the checkout's commit, when the path is not a git checkout")
-    args = ap.parse_args()
-    fla = os.path.abspath(args.fla)
-    commit = args.commit or commit_of(fla)
+def source(url, commit, file, function, layout, **more):
+    return {"repository": url, "commit": commit, "file": file, "function": function, "layout": layout,
+            **more, "script": SCRIPT, "torch": torch.__version__}
+
+
+# ---- flash-linear-attention: retention, linear attention
+
+def fla_fixtures(out, fla, commit):
+    url = "https://github.com/fla-org/flash-linear-attention"
     gen = torch.Generator().manual_seed(25)
     B, H, T, D = 2, 3, 37, 16  # T past one 32-row block; three heads: three decays
 
     retention = load_file(os.path.join(fla, "fla/ops/retention/naive.py"), "fla_retention_naive")
     q, k, v = (torch.randn(B, H, T, D, generator=gen) for _ in range(3))
     o = retention.naive_retention(q, k, v)
-    write(args.out, "retention", {"q": q, "k": k, "v": v, "o": o}, {
-        "repository": "https://github.com/fla-org/flash-linear-attention", "commit": commit,
-        "file": "fla/ops/retention/naive.py", "function": "naive_retention(q, k, v)",
-        "layout": "q, k, v, o [B, heads, T, head_dim]; gamma_i = 1 - 2^(-5-i); q scaled by head_dim^-0.5 inside",
-        "script": "reference/public_fixtures.py", "torch": torch.__version__})
+    write(out, "retention", {"q": q, "k": k, "v": v, "o": o}, source(
+        url, commit, "fla/ops/retention/naive.py", "naive_retention(q, k, v)",
+        "q, k, v, o [B, heads, T, head_dim]; gamma_i = 1 - 2^(-5-i); q scaled by head_dim^-0.5 inside"))
 
-    stand_in = types.ModuleType("einops")  # see the module docstring
-
-    def rearrange(*_, **__):
-        raise RuntimeError("einops is not installed: only the recurrent form may run here")
-
-    stand_in.rearrange = rearrange
-    sys.modules.setdefault("einops", stand_in)
-    linear = load_file(os.path.join(fla, "fla/ops/linear_attn/naive.py"), "fla_linear_attn_naive")
+    with stand_ins({"einops": stand_in("einops", rearrange=refuse("einops.rearrange"))}):
+        linear = load_file(os.path.join(fla, "fla/ops/linear_attn/naive.py"), "fla_linear_attn_naive")
     # fla takes [B, T, H, D] and the features already applied; elu + 1 makes them positive as ours.
     fq, fk = (torch.nn.functional.elu(torch.randn(B, T, H, D, generator=gen)) + 1 for _ in range(2))
     lv = torch.randn(B, T, H, D, generator=gen)
     lo, _ = linear.naive_recurrent_linear_attn(fq, fk, lv, scale=1.0, normalize=True)
-    write(args.out, "linear_attn", {"fq": fq, "fk": fk, "v": lv, "o": lo}, {
-        "repository": "https://github.com/fla-org/flash-linear-attention", "commit": commit,
-        "file": "fla/ops/linear_attn/naive.py",
-        "function": "naive_recurrent_linear_attn(fq, fk, v, scale=1.0, normalize=True)",
-        "layout": "fq, fk, v, o [B, T, heads, head_dim]; o_t = sum_j (fq_t.fk_j) v_j / (fq_t . sum_j fk_j + 1e-10)",
-        "script": "reference/public_fixtures.py", "torch": torch.__version__})
+    write(out, "linear_attn", {"fq": fq, "fk": fk, "v": lv, "o": lo}, source(
+        url, commit, "fla/ops/linear_attn/naive.py",
+        "naive_recurrent_linear_attn(fq, fk, v, scale=1.0, normalize=True)",
+        "fq, fk, v, o [B, T, heads, head_dim]; o_t = sum_j (fq_t.fk_j) v_j / (fq_t . sum_j fk_j + 1e-10)"))
+
+
+# ---- performer-pytorch: FAVOR+ features and causal linear attention
+
+def einops_repeat(tensor, pattern, **sizes):
+    """The one einops call softmax_kernel makes, and only that one."""
+    if pattern != "j d -> b h j d" or set(sizes) != {"b", "h"}:
+        raise RuntimeError(f"einops stand-in: pattern {pattern!r} {sizes} is not implemented")
+    return tensor[None, None].repeat(sizes["b"], sizes["h"], 1, 1)
+
+
+def performer_fixtures(out, path, commit):
+    pkg = os.path.join(path, "performer_pytorch")
+    package = stand_in("performer_pytorch")
+    package.__path__ = []
+    with stand_ins({"performer_pytorch": package}):
+        reversible = load_file(os.path.join(pkg, "reversible.py"), "performer_pytorch.reversible")
+    with stand_ins({"einops": stand_in("einops", repeat=einops_repeat, rearrange=refuse("einops.rearrange")),
+                    "local_attention": stand_in("local_attention", LocalAttention=None),
+                    "axial_positional_embedding": stand_in("axial_positional_embedding",
+                                                           AxialPositionalEmbedding=None),
+                    "performer_pytorch": package, "performer_pytorch.reversible": reversible}):
+        pp = load_file(os.path.join(pkg, "performer_pytorch.py"), "performer_pytorch_public")
+
+    B, H, T, D = 2, 2, 24, 16
+    m = int(D * math.log(D))  # FastAttention's default nb_features: 44 = 2 full orthogonal blocks + 12 rows
+    seed = 25
+    torch.manual_seed(seed)  # FastAttention draws its projection from the global generator
+    attn = pp.FastAttention(dim_heads=D, nb_features=m, causal=True)  # no fast_transformers: the non-CUDA form
+    assert attn.causal_linear_fn is pp.causal_linear_attention_noncuda
+    W = attn.projection_matrix.clone()
+    gen = torch.Generator().manual_seed(26)
+    q, k, v = (torch.randn(B, H, T, D, generator=gen) for _ in range(3))
+    with torch.no_grad():
+        o = attn(q, k, v)  # the library's defaults: kernel eps 1e-4, denominator eps 1e-6
+        o_prefix = torch.stack([attn(q[:, :, :t + 1], k[:, :, :t + 1], v[:, :, :t + 1])[:, :, t]
+                                for t in range(T)], 2)
+        fq = pp.softmax_kernel(q, projection_matrix=W, is_query=True)
+        fk = pp.softmax_kernel(k, projection_matrix=W, is_query=False)
+        fq0 = pp.softmax_kernel(q, projection_matrix=W, is_query=True, eps=0.0)
+        fk0 = pp.softmax_kernel(k, projection_matrix=W, is_query=False, eps=0.0)
+        o0 = pp.causal_linear_attention_noncuda(fq0, fk0, v, eps=0.0)
+    write(out, "performer", {"q": q, "k": k, "v": v, "projection": W, "fq": fq, "fk": fk, "o": o,
+                             "o_prefix": o_prefix, "fq0": fq0, "fk0": fk0, "o0": o0}, source(
+        "https://github.com/lucidrains/performer-pytorch", commit, "performer_pytorch/performer_pytorch.py",
+        {"projection": f"torch.manual_seed({seed}); FastAttention(dim_heads={D}, nb_features={m}, causal=True)"
+                       ".projection_matrix (gaussian_orthogonal_random_matrix, ortho_scaling=0)",
+         "o": "FastAttention(...)(q, k, v): softmax_kernel (eps=1e-4) then causal_linear_attention_noncuda "
+              "(eps=1e-6), the library's path without fast_transformers",
+         "o_prefix": "o_prefix[:, :, t] = FastAttention(...)(q[:, :, :t+1], k[:, :, :t+1], v[:, :, :t+1])[:, :, t]",
+         "fq, fk": "softmax_kernel(q | k, projection_matrix=projection, is_query=True | False)",
+         "fq0, fk0": "softmax_kernel(..., eps=0.0)",
+         "o0": "causal_linear_attention_noncuda(fq0, fk0, v, eps=0.0)"},
+        "q, k, v, o, o_prefix, o0 [B, heads, T, head_dim]; fq, fk, fq0, fk0 [B, heads, T, m]; projection [m, head_dim]",
+        stand_ins="einops.repeat('j d -> b h j d') implemented as a copy per batch and head; "
+                  "other missing imports never called (see the script's docstring)"))
+
+
+# ---- AFT: rish-16/aft-pytorch (full, simple, local; non-causal) and labml's AFTLocal (masked)
+
+def prefix_outputs(module, x):
+    """y[:, t] = module(x[:, :t+1])[:, t]: a non-causal module run on every prefix gives the causal
+    output at every position (the last row of a prefix sees exactly the tokens j <= t)."""
+    with torch.no_grad():
+        return torch.stack([module(x[:, :t + 1])[:, t] for t in range(x.shape[1])], 1)
+
+
+def linear_tensors(prefix, layer):
+    return {f"{prefix}.weight": layer.weight.detach().clone(), f"{prefix}.bias": layer.bias.detach().clone()}
+
+
+def aft_pytorch_fixtures(out, path, commit):
+    url, file = "https://github.com/rish-16/aft-pytorch", "aft_pytorch/aft_pytorch.py"
+    aft = load_file(os.path.join(path, file), "aft_pytorch_public")
+    B, T, d, s = 2, 37, 16, 5
+    layout = ("x, y [B, T, d]; to_q/to_k/to_v/project: nn.Linear (weight [out, in], bias); "
+              "wbias [T, T] indexed [t, j] (output position first)")
+    how = ("the module is not causal (every t sees all T tokens); run on every prefix, "
+           "y[:, t] = module(x[:, :t+1])[:, t]")
+    for op, name, kw in (("aft_full", "AFTFull", {}), ("aft_simple", "AFTSimple", {}),
+                         ("aft_local_rish16", "AFTLocal", {"s": s})):
+        torch.manual_seed({"aft_full": 31, "aft_simple": 32, "aft_local_rish16": 33}[op])  # the modules' own init
+        module = getattr(aft, name)(T, d, hidden_dim=d, **kw)
+        x = torch.randn(B, T, d)
+        tensors = {"x": x}
+        for p, layer in (("to_q", module.to_q), ("to_k", module.to_k), ("to_v", module.to_v),
+                         ("project", module.project)):
+            tensors.update(linear_tensors(p, layer))
+        if hasattr(module, "wbias"):  # as initialised (AFTLocal zeroes it outside the window itself)
+            tensors["wbias"] = module.wbias.detach().clone()
+        tensors["y"] = prefix_outputs(module, x)
+        args = ", s=%d" % s if kw else ""
+        write(out, op, tensors, source(url, commit, file,
+                                       f"{name}(max_seqlen={T}, dim={d}, hidden_dim={d}{args}).forward(x)",
+                                       layout, causal=how))
+
+
+def labml_fixtures(out, path, commit):
+    file = "labml_nn/transformers/aft/__init__.py"
+    aft = load_file(os.path.join(path, file), "labml_aft_public")
+    B, T, d, s = 2, 37, 16, 5
+    torch.manual_seed(34)
+    module = aft.AFTLocal(d_model=d, seq_len=T, local_window_size=s)  # bias=True
+    with torch.no_grad():
+        module.pos_bias.normal_()  # labml initialises it to zeros, which would check nothing
+    x = torch.randn(B, T, d)
+    xt = x.transpose(0, 1)  # labml's layout is [T, B, d]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()[:, :, None]  # mask[i, j, b]: i may see j
+    with torch.no_grad():
+        y = module(query=xt, key=xt, value=xt, mask=mask).transpose(0, 1)
+    tensors = {"x": x, "pos_bias": module.pos_bias.detach().clone()}
+    for p in ("query", "key", "value", "output"):
+        tensors.update(linear_tensors(p, getattr(module, p)))
+    tensors["y"] = y
+    write(out, "aft_local", tensors, source(
+        "https://github.com/labmlai/annotated_deep_learning_paper_implementations", commit, file,
+        f"AFTLocal(d_model={d}, seq_len={T}, local_window_size={s}).forward(query=x, key=x, value=x, "
+        "mask=causal)",
+        "x, y [B, T, d] (labml's own layout [T, B, d], transposed here); query/key/value/output: nn.Linear; "
+        "pos_bias [T, T] indexed [t, j]",
+        causal="mask[i, j, 0] = j <= i (lower triangle) passed to forward", init="pos_bias ~ N(0, 1) "
+        "(labml initialises it to zeros); the Linear layers as nn.Linear initialises them under torch.manual_seed(34)"))
+
+
+REPOS = (  # option, what to clone, what it writes
+    ("fla", "commit", "github.com/fla-org/flash-linear-attention", fla_fixtures),
+    ("performer", "performer_commit", "github.com/lucidrains/performer-pytorch", performer_fixtures),
+    ("aft_pytorch", "aft_pytorch_commit", "github.com/rish-16/aft-pytorch", aft_pytorch_fixtures),
+    ("labml", "labml_commit", "github.com/labmlai/annotated_deep_learning_paper_implementations", labml_fixtures),
+)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="Fixtures are written only for the repositories given.")
+    for opt, commit_opt, url, _ in REPOS:
+        flag = "--" + opt.replace("_", "-")
+        ap.add_argument(flag, help=f"a checkout or extracted snapshot of {url}")
+        ap.add_argument("--" + commit_opt.replace("_", "-"), dest=commit_opt,
+                        help=f"the commit of {flag}'s snapshot, when it is not a git checkout")
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "golden_public"))
+    args = ap.parse_args()
+    given = [(getattr(args, opt), getattr(args, c), make) for opt, c, _, make in REPOS if getattr(args, opt)]
+    if not given:
+        flags = ", ".join("--" + r[0].replace("_", "-") for r in REPOS)
+        ap.error(f"give at least one public repository ({flags})")
+    for path, commit, make in given:
+        path = os.path.abspath(path)
+        make(args.out, path, commit or commit_of(path))
 
 
 if __name__ == "__main__":
