@@ -9,9 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#ifndef MIXSERVE_VERSION
-#define MIXSERVE_VERSION "unknown"
-#endif
+#include "mixserve_version.h"  // MIXSERVE_VERSION, written at build time by cli/version.cmake
 
 namespace mixserve::cli {
 
