@@ -87,6 +87,23 @@ def she(x, W_ext, W_adj, W_out=None, b_adj=None, b_out=None):
     return _adjust_and_output(X, X_out_ext, W_adj, W_out, b_adj, b_out)
 
 
+def _lag_sum(X, w_ext):
+    """x[out]_i = Σ_{j=1}^{i} x_j ∘ w_{i−j+1} for i = 1 … T, as Eqs. (26), (28) and (29) print it:
+    w_k a vector of R^{1×d} (WE, HE) or a scalar (ME), and w_k = 0 for k beyond the W lags given.
+    X: [T, d]; w_ext: [W, d] or [W], w_ext[k-1] = w_k."""
+    T, d = X.shape
+    n_lags = w_ext.shape[0]
+    out = np.zeros((T, d))
+    for i in range(1, T + 1):
+        acc = np.zeros(d)
+        for j in range(1, i + 1):
+            k = i - j + 1
+            if k <= n_lags:
+                acc += X[j - 1] * w_ext[k - 1]
+        out[i - 1] = acc
+    return out
+
+
 def we(x, w_ext, W_adj, W_out=None, b_adj=None, b_out=None):
     """Worthwhile Extractor, §5.2: Eq. (23) "reduced to" Eq. (26), then Eqs. (24)–(25).
 
@@ -97,16 +114,7 @@ def we(x, w_ext, W_adj, W_out=None, b_adj=None, b_out=None):
     x: [T, d]; w_ext: [W, d], w_ext[k-1] = w[ext]_k.
     """
     X, w_ext = _f64(x), _f64(w_ext)
-    T, d = X.shape
-    n_lags = w_ext.shape[0]
-    X_out_ext = np.zeros((T, d))
-    for i in range(1, T + 1):
-        acc = np.zeros(d)
-        for j in range(1, i + 1):
-            k = i - j + 1
-            if k <= n_lags:
-                acc += X[j - 1] * w_ext[k - 1]
-        X_out_ext[i - 1] = acc
+    X_out_ext = _lag_sum(X, w_ext)
     return _adjust_and_output(X, X_out_ext, W_adj, W_out, b_adj, b_out)
 
 
@@ -121,17 +129,8 @@ def he(x, W_in_ext, w_ext, W_adj, W_out=None, b_in_ext=None, b_adj=None, b_out=N
     x: [T, d]; W_in_ext: [d, d]; w_ext: [W, d].
     """
     X, w_ext = _f64(x), _f64(w_ext)
-    T, d = X.shape
     X_ext = _affine(X, W_in_ext, b_in_ext)
-    n_lags = w_ext.shape[0]
-    X_out_ext = np.zeros((T, d))
-    for i in range(1, T + 1):
-        acc = np.zeros(d)
-        for j in range(1, i + 1):
-            k = i - j + 1
-            if k <= n_lags:
-                acc += X_ext[j - 1] * w_ext[k - 1]
-        X_out_ext[i - 1] = acc
+    X_out_ext = _lag_sum(X_ext, w_ext)
     return _adjust_and_output(X, X_out_ext, W_adj, W_out, b_adj, b_out)
 
 
@@ -143,17 +142,7 @@ def me(x, w_ext):
     No adjustment, no output projection, no bias. x: [T, d]; w_ext: [W] scalars.
     """
     X, w_ext = _f64(x), _f64(w_ext)
-    T, d = X.shape
-    n_lags = w_ext.shape[0]
-    Y = np.zeros((T, d))
-    for i in range(1, T + 1):
-        acc = np.zeros(d)
-        for j in range(1, i + 1):
-            k = i - j + 1
-            if k <= n_lags:
-                acc += X[j - 1] * w_ext[k - 1]
-        Y[i - 1] = acc
-    return Y
+    return _lag_sum(X, w_ext)
 
 
 # --------------------------------------------------------------------------------------------
