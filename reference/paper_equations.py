@@ -74,23 +74,15 @@ def she(x, W_ext, W_adj, W_out=None, b_adj=None, b_out=None):
     W_adj, W_out: [d, d] or W_out None (Eq. 25 left out); b_adj, b_out: our bias reading.
     """
     X, W_ext = _f64(x), _f64(W_ext)
-    T, d = X.shape
-    n_lags = W_ext.shape[0]
-    X_out_ext = np.zeros((T, d))
-    for i in range(1, T + 1):
-        acc = np.zeros(d)
-        for j in range(1, i + 1):
-            k = i - j + 1
-            if k <= n_lags:  # W[ext]_k = 0 beyond the window
-                acc += X[j - 1] @ W_ext[k - 1]
-        X_out_ext[i - 1] = acc
+    X_out_ext = _lag_sum(X, W_ext, np.matmul)
     return _adjust_and_output(X, X_out_ext, W_adj, W_out, b_adj, b_out)
 
 
-def _lag_sum(X, w_ext):
-    """x[out]_i = Σ_{j=1}^{i} x_j ∘ w_{i−j+1} for i = 1 … T, as Eqs. (26), (28) and (29) print it:
-    w_k a vector of R^{1×d} (WE, HE) or a scalar (ME), and w_k = 0 for k beyond the W lags given.
-    X: [T, d]; w_ext: [W, d] or [W], w_ext[k-1] = w_k."""
+def _lag_sum(X, w_ext, product=np.multiply):
+    """x[out]_i = Σ_{j=1}^{i} product(x_j, w_{i−j+1}) for i = 1 … T, as Eqs. (23), (26), (28) and
+    (29) print it: x_j W_k with W_k ∈ R^{d×d} (SHE, product = np.matmul), or x_j ∘ w_k with w_k a
+    vector of R^{1×d} (WE, HE) or a scalar (ME); w_k = 0 for k beyond the W lags given.
+    X: [T, d]; w_ext: [W, d, d], [W, d] or [W], w_ext[k-1] = w_k."""
     T, d = X.shape
     n_lags = w_ext.shape[0]
     out = np.zeros((T, d))
@@ -99,7 +91,7 @@ def _lag_sum(X, w_ext):
         for j in range(1, i + 1):
             k = i - j + 1
             if k <= n_lags:
-                acc += X[j - 1] * w_ext[k - 1]
+                acc += product(X[j - 1], w_ext[k - 1])
         out[i - 1] = acc
     return out
 
