@@ -222,6 +222,12 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_avx2(const float* x, const W*
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+// The line `offset` bytes into each of a batch-1 item's kGemvPanels panels, brought into L1.
+template <typename W>
+inline void prefetch_panels(const W* p, int64_t offset) {
+  for (int64_t j = 0; j < kGemvPanels; ++j) _mm_prefetch(panel_address(p[j]) + offset, _MM_HINT_T0);
+}
+
 // One row against up to kGemvPanels panels with one zmm per panel: the same fma sequence per
 // output as gemv_avx2 in half the instructions (batch-1 decode of SHE's W·d² extraction is
 // this loop). Each of the four panels is its own stream of K·32 bytes (float16), too short and
@@ -240,11 +246,7 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
   constexpr int64_t row_bytes = sizeof(*p[0]) * P, every = std::max<int64_t>(1, 64 / row_bytes);
   for (int64_t k = 0; k < K; ++k) {
     if (prefetch && k % every == 0) {
-      const int64_t ahead = k * row_bytes + kGemvPrefetchBytes;
-      _mm_prefetch(panel_address(p[0]) + ahead, _MM_HINT_T0);
-      _mm_prefetch(panel_address(p[1]) + ahead, _MM_HINT_T0);
-      _mm_prefetch(panel_address(p[2]) + ahead, _MM_HINT_T0);
-      _mm_prefetch(panel_address(p[3]) + ahead, _MM_HINT_T0);
+      prefetch_panels(p, k * row_bytes + kGemvPrefetchBytes);
     }
     const __m512 xv = _mm512_set1_ps(x[k]);
     a0 = _mm512_fmadd_ps(xv, load16(p[0], k), a0);
@@ -280,11 +282,7 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
     int64_t k = k0;
     for (; k + 1 < k1; k += 2) {
       if (prefetch && k % 8 == 0) {  // 16 bytes a pair of k per panel: a cache line every 4 pairs
-        const int64_t ahead = (k >> 1) * P + kGemvPrefetchBytes;
-        _mm_prefetch(panel_address(p[0]) + ahead, _MM_HINT_T0);
-        _mm_prefetch(panel_address(p[1]) + ahead, _MM_HINT_T0);
-        _mm_prefetch(panel_address(p[2]) + ahead, _MM_HINT_T0);
-        _mm_prefetch(panel_address(p[3]) + ahead, _MM_HINT_T0);
+        prefetch_panels(p, (k >> 1) * P + kGemvPrefetchBytes);
       }
       const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
 #define MIXSERVE_PANEL(i)                                                              \
@@ -582,7 +580,7 @@ void PackedWeight::run(const float* x, int64_t ldx, int64_t rows, int64_t k_used
                        int64_t count, float* y, int64_t ldy, ThreadPool* pool) const {
   const float* bias = bias_.empty() ? nullptr : bias_.data() + first;
   const int64_t p0 = first / kPanel, K = k_;
-  const bool whole = k_used == K;  // every weight of a panel is read: prefetch the next item's
+  const bool whole = k_used == K;  // every weight of a panel is read: prefetching pays
   switch (format_) {
     case WeightFormat::kF16: {
       const uint16_t* d = panels16_.data();
