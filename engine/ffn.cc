@@ -18,6 +18,10 @@ std::vector<WeightSpec> ffn_weights(const ModelConfig& cfg) {
   if (cfg.ffn == FfnKind::kMlp) {
     add_linear_spec(w, "fc1", c, d, cfg.bias);
     add_linear_spec(w, "fc2", d, c, cfg.bias);
+  } else if (cfg.ffn == FfnKind::kGlu) {
+    add_linear_spec(w, "fc1", c, d, cfg.bias);
+    add_linear_spec(w, "gate", c, d, cfg.bias);
+    add_linear_spec(w, "fc2", d, c, cfg.bias);
   } else {
     w.push_back({"time_mix_k", {d}});
     w.push_back({"time_mix_r", {d}});
@@ -49,7 +53,7 @@ class CpuMlp : public CpuLayerPart {
         c_(cfg.ffn_dim),
         // a whole number of fc1's panels in the first part, so each part is a run of panels
         split_(c_ / 2 / PackedWeight::kPanel * PackedWeight::kPanel),
-        gelu_(cfg.activation == Activation::kGeluTanh),
+        act_(cfg.activation),
         fc1_(load_linear(w, p + "fc1", c_, d_, cfg.bias)) {
     const float* w2 = w.get(p + "fc2.weight");  // [d, c]
     if (cfg.bias) bias2_.assign(w.get(p + "fc2.bias"), w.get(p + "fc2.bias") + d_);
@@ -66,14 +70,8 @@ class CpuMlp : public CpuLayerPart {
     const int64_t rows = b.rows(), d = d_, c = c_;
     hidden_.resize(rows * c);  // [rows, c]
     partial_.resize(parts() * rows * d);
-    auto activate = [&](int64_t lo, int64_t hi) {
-      for (int64_t r = 0; r < rows; ++r) {
-        if (gelu_) {
-          gelu_tanh_inplace(&hidden_[r * c + lo], hi - lo);
-          continue;
-        }
-        for (float* h = &hidden_[r * c + lo]; h < &hidden_[r * c + hi]; ++h) *h = std::max(*h, 0.0f);
-      }
+    auto activate_part = [&](int64_t lo, int64_t hi) {
+      for (int64_t r = 0; r < rows; ++r) activate(act_, &hidden_[r * c + lo], hi - lo);
     };
     auto second = [&](int g, ThreadPool* pool) {
       const int64_t lo = part_begin(g);
@@ -91,13 +89,13 @@ class CpuMlp : public CpuLayerPart {
           const int64_t lo = part_begin(static_cast<int>(g)),
                         hi = part_begin(static_cast<int>(g) + 1);
           fc1_.multiply_outputs(x, rows, lo, hi - lo, &hidden_[lo], c, nullptr);
-          activate(lo, hi);
+          activate_part(lo, hi);
           second(static_cast<int>(g), nullptr);
         }
       });
     } else {
       fc1_.multiply(x, rows, hidden_.data(), ctx.pool);
-      activate(0, c);
+      activate_part(0, c);
       for (int g = 0; g < parts(); ++g) second(g, ctx.pool);
     }
     for (int64_t r = 0; r < rows; ++r)
@@ -113,11 +111,42 @@ class CpuMlp : public CpuLayerPart {
   int64_t part_begin(int g) const { return g == 0 ? 0 : g == parts() ? c_ : split_; }
 
   int64_t d_, c_, split_;
-  bool gelu_;
+  Activation act_;
   PackedWeight fc1_;
   PackedWeight fc2_[2];
   std::vector<float> bias2_;
   std::vector<float> hidden_, partial_;
+};
+
+// y = fc2(act(fc1 x) ⊙ gate x), torchscale's GLU; fc1 and gate come out of one GEMM.
+class CpuGlu : public CpuLayerPart {
+ public:
+  CpuGlu(const ModelConfig& cfg, const WeightSource& w, const std::string& p)
+      : c_(cfg.ffn_dim),
+        act_(cfg.activation),
+        up_(load_fused(w, p, {"fc1", "gate"}, c_, cfg.d_model, cfg.bias)),
+        fc2_(load_linear(w, p + "fc2", cfg.d_model, c_, cfg.bias)) {}
+
+  void forward(const SeqBatch& b, const float* x, float* y, CpuContext& ctx) override {
+    const int64_t rows = b.rows(), c = c_;
+    up_out_.resize(rows * 2 * c);  // [rows, fc1 | gate]
+    up_.multiply(x, rows, up_out_.data(), ctx.pool);
+    hidden_.resize(rows * c);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* a = &up_out_[r * 2 * c];
+      float* h = &hidden_[r * c];
+      std::copy(a, a + c, h);
+      activate(act_, h, c);
+      for (int64_t j = 0; j < c; ++j) h[j] *= a[c + j];
+    }
+    fc2_.multiply(hidden_.data(), rows, y, ctx.pool);
+  }
+
+ private:
+  int64_t c_;
+  Activation act_;
+  PackedWeight up_, fc2_;
+  std::vector<float> up_out_, hidden_;
 };
 
 // r = σ(x_r W_r); y = r ⊙ (relu(x_k W_k)² W_v) with x_* = x·μ_* + x_prev·(1−μ_*).
@@ -169,6 +198,7 @@ class CpuRwkvChannelMix : public CpuLayerPart {
 std::unique_ptr<CpuLayerPart> make_cpu_ffn(const ModelConfig& cfg, const WeightSource& weights,
                                            const std::string& prefix, int64_t state_offset) {
   if (cfg.ffn == FfnKind::kMlp) return std::make_unique<CpuMlp>(cfg, weights, prefix);
+  if (cfg.ffn == FfnKind::kGlu) return std::make_unique<CpuGlu>(cfg, weights, prefix);
   return std::make_unique<CpuRwkvChannelMix>(cfg, weights, prefix, state_offset);
 }
 

@@ -1,4 +1,5 @@
-// The two FFNs of DESIGN §4 (mlp and RWKV-4's channel mix) on the CPU, their weights and state.
+// The FFNs on the CPU (DESIGN §4's mlp and RWKV-4's channel mix; torchscale's glu), their weights
+// and state.
 #pragma once
 
 #include <memory>

@@ -2,15 +2,15 @@
 
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/model_error.h"
 #include "engine/model_weights.h"
 #include "engine/safetensors.h"
+#include "engine/torchscale_import.h"
 
 namespace mixserve {
 
@@ -43,7 +43,8 @@ int64_t get_int(const json& c, const char* key, const std::string& src, int64_t 
 int64_t get_token_id(const json& c, const char* key, const std::string& src) {
   if (!c.contains(key) || c[key].is_null()) return -1;
   const json& v = c[key].is_array() && !c[key].empty() ? c[key][0] : c[key];
-  if (!v.is_number_integer()) throw ModelError(src + ": \"" + key + "\" must be a token id or a list of them");
+  if (!v.is_number_integer())
+    throw ModelError(src + ": \"" + key + "\" must be a token id or a list of them");
   return v.get<int64_t>();
 }
 
@@ -69,7 +70,8 @@ ModelConfig gpt2_config(const json& c, const std::string& src) {
   m.norm_eps = c.value("layer_norm_epsilon", 1e-5f);
   const std::string act = c.value("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    throw ModelError(src + ": activation_function \"" + act + "\" is not supported (gelu_new only)");
+    throw ModelError(src + ": activation_function \"" + act +
+                     "\" is not supported (gelu_new only)");
   m.activation = Activation::kGeluTanh;
   if (c.value("scale_attn_by_inverse_layer_idx", false) || !c.value("scale_attn_weights", true))
     throw ModelError(src + ": only GPT-2's standard 1/sqrt(h) attention scaling is supported");
@@ -119,30 +121,36 @@ void place(OwnedWeights& out, const std::string& name, std::vector<float> data) 
 // GPT-2 (optionally under "transformer."): wte, wpe, h.{i}.{ln_1, attn.c_attn, attn.c_proj,
 // ln_2, mlp.c_fc, mlp.c_proj}, ln_f; Conv1D weights are [in, out].
 bool gpt2_place(const std::string& full, std::vector<float> v, const std::vector<int64_t>& shape,
-                OwnedWeights& out, int64_t d) {
+                OwnedWeights& out, const ModelConfig& cfg) {
+  const int64_t d = cfg.d_model;
   std::string n = full.rfind("transformer.", 0) == 0 ? full.substr(12) : full;
   std::smatch m;
   static const std::regex layer(R"(h\.(\d+)\.(.+))");
   if (n == "wte.weight") return place(out, "embed.weight", std::move(v)), true;
   if (n == "wpe.weight") return place(out, "pos_embed.weight", std::move(v)), true;
-  if (n == "ln_f.weight" || n == "ln_f.bias") return place(out, "norm_f." + n.substr(5), std::move(v)), true;
+  if (n == "ln_f.weight" || n == "ln_f.bias")
+    return place(out, "norm_f." + n.substr(5), std::move(v)), true;
   if (n == "lm_head.weight") return place(out, "head.weight", std::move(v)), true;
   if (!std::regex_match(n, m, layer)) return false;
   const std::string p = "layers." + m[1].str() + ".", rest = m[2];
-  if (rest == "ln_1.weight" || rest == "ln_1.bias") return place(out, p + "ln1." + rest.substr(5), std::move(v)), true;
-  if (rest == "ln_2.weight" || rest == "ln_2.bias") return place(out, p + "ln2." + rest.substr(5), std::move(v)), true;
+  if (rest == "ln_1.weight" || rest == "ln_1.bias")
+    return place(out, p + "ln1." + rest.substr(5), std::move(v)), true;
+  if (rest == "ln_2.weight" || rest == "ln_2.bias")
+    return place(out, p + "ln2." + rest.substr(5), std::move(v)), true;
   if (rest == "attn.bias" || rest == "attn.masked_bias") return true;  // old causal-mask buffers
   if (rest == "attn.c_attn.weight" && shape.size() == 2 && shape[0] == d && shape[1] == 3 * d) {
     const std::vector<float> t = transpose(v, d, 3 * d);  // [3d, d]: q rows, k rows, v rows
     const char* qkv[] = {"q", "k", "v"};
     for (int i = 0; i < 3; ++i)
-      place(out, p + "mixer." + qkv[i] + ".weight", std::vector<float>(t.begin() + i * d * d, t.begin() + (i + 1) * d * d));
+      place(out, p + "mixer." + qkv[i] + ".weight",
+            std::vector<float>(t.begin() + i * d * d, t.begin() + (i + 1) * d * d));
     return true;
   }
   if (rest == "attn.c_attn.bias" && v.size() == static_cast<size_t>(3 * d)) {
     const char* qkv[] = {"q", "k", "v"};
     for (int i = 0; i < 3; ++i)
-      place(out, p + "mixer." + qkv[i] + ".bias", std::vector<float>(v.begin() + i * d, v.begin() + (i + 1) * d));
+      place(out, p + "mixer." + qkv[i] + ".bias",
+            std::vector<float>(v.begin() + i * d, v.begin() + (i + 1) * d));
     return true;
   }
   auto conv1d = [&](const std::string& ours) {
@@ -162,24 +170,35 @@ bool gpt2_place(const std::string& full, std::vector<float> v, const std::vector
 // RWKV-4 (under "rwkv."): embeddings, blocks.{i}.{pre_ln (block 0), ln1, ln2, attention.*,
 // feed_forward.*}, ln_out; head.
 bool rwkv_place(const std::string& full, std::vector<float> v, const std::vector<int64_t>&,
-                OwnedWeights& out, int64_t) {
+                OwnedWeights& out, const ModelConfig&) {
   std::string n = full.rfind("rwkv.", 0) == 0 ? full.substr(5) : full;
   std::smatch m;
   static const std::regex block(R"(blocks\.(\d+)\.(.+))");
   if (n == "embeddings.weight") return place(out, "embed.weight", std::move(v)), true;
-  if (n == "ln_out.weight" || n == "ln_out.bias") return place(out, "norm_f." + n.substr(7), std::move(v)), true;
+  if (n == "ln_out.weight" || n == "ln_out.bias")
+    return place(out, "norm_f." + n.substr(7), std::move(v)), true;
   if (n == "head.weight") return place(out, "head.weight", std::move(v)), true;
   if (!std::regex_match(n, m, block)) return false;
   const std::string p = "layers." + m[1].str() + ".", rest = m[2];
   static const std::map<std::string, std::string> names = {
-      {"ln1.weight", "ln1.weight"}, {"ln1.bias", "ln1.bias"}, {"ln2.weight", "ln2.weight"}, {"ln2.bias", "ln2.bias"},
-      {"attention.time_decay", "mixer.time_decay"}, {"attention.time_first", "mixer.time_first"},
-      {"attention.time_mix_key", "mixer.time_mix_k"}, {"attention.time_mix_value", "mixer.time_mix_v"},
-      {"attention.time_mix_receptance", "mixer.time_mix_r"}, {"attention.key.weight", "mixer.key.weight"},
-      {"attention.value.weight", "mixer.value.weight"}, {"attention.receptance.weight", "mixer.receptance.weight"},
-      {"attention.output.weight", "mixer.output.weight"}, {"feed_forward.time_mix_key", "ffn.time_mix_k"},
-      {"feed_forward.time_mix_receptance", "ffn.time_mix_r"}, {"feed_forward.key.weight", "ffn.key.weight"},
-      {"feed_forward.value.weight", "ffn.value.weight"}, {"feed_forward.receptance.weight", "ffn.receptance.weight"}};
+      {"ln1.weight", "ln1.weight"},
+      {"ln1.bias", "ln1.bias"},
+      {"ln2.weight", "ln2.weight"},
+      {"ln2.bias", "ln2.bias"},
+      {"attention.time_decay", "mixer.time_decay"},
+      {"attention.time_first", "mixer.time_first"},
+      {"attention.time_mix_key", "mixer.time_mix_k"},
+      {"attention.time_mix_value", "mixer.time_mix_v"},
+      {"attention.time_mix_receptance", "mixer.time_mix_r"},
+      {"attention.key.weight", "mixer.key.weight"},
+      {"attention.value.weight", "mixer.value.weight"},
+      {"attention.receptance.weight", "mixer.receptance.weight"},
+      {"attention.output.weight", "mixer.output.weight"},
+      {"feed_forward.time_mix_key", "ffn.time_mix_k"},
+      {"feed_forward.time_mix_receptance", "ffn.time_mix_r"},
+      {"feed_forward.key.weight", "ffn.key.weight"},
+      {"feed_forward.value.weight", "ffn.value.weight"},
+      {"feed_forward.receptance.weight", "ffn.receptance.weight"}};
   if (m[1].str() == "0" && (rest == "pre_ln.weight" || rest == "pre_ln.bias"))
     return place(out, "embed_norm." + rest.substr(7), std::move(v)), true;
   auto it = names.find(rest);
@@ -193,7 +212,7 @@ bool rwkv_place(const std::string& full, std::vector<float> v, const std::vector
 bool is_hf_config(const std::string& text) {
   try {
     const json j = json::parse(text);
-    return j.is_object() && j.contains("model_type");
+    return j.is_object() && (j.contains("model_type") || is_torchscale_config(j));
   } catch (const json::exception&) {  // parse_error, or out_of_range for a number like 1e400
     return false;
   }
@@ -202,26 +221,40 @@ bool is_hf_config(const std::string& text) {
 ImportedModel import_hf_model(const std::string& dir) {
   const std::string cfg_path = dir + "/config.json";
   const json c = json::parse(read_file(cfg_path));
-  const std::string type = c.value("model_type", "");
+  const std::string type =
+      is_torchscale_config(c) ? "torchscale_retnet" : c.value("model_type", "");
   ImportedModel m;
   m.source = type;
-  std::function<bool(const std::string&, std::vector<float>, const std::vector<int64_t>&, OwnedWeights&, int64_t)> placer;
-  if (type == "gpt2") {
+  std::function<bool(const std::string&, std::vector<float>, const std::vector<int64_t>&,
+                     OwnedWeights&, const ModelConfig&)>
+      placer;
+  if (type == "torchscale_retnet") {
+    m.config = torchscale_config(c, cfg_path);
+    placer = torchscale_place;
+  } else if (type == "gpt2") {
     m.config = gpt2_config(c, cfg_path);
     placer = gpt2_place;
   } else if (type == "rwkv") {
     m.config = rwkv_config(c, cfg_path);
     placer = rwkv_place;
   } else {
-    throw ModelError(cfg_path + ": model_type \"" + type + "\" cannot be imported (gpt2 and rwkv can)");
+    throw ModelError(cfg_path + ": model_type \"" + type +
+                     "\" cannot be imported (gpt2 and rwkv can)");
   }
   SafetensorsFile file(dir + "/model.safetensors");
   m.weights = std::make_unique<OwnedWeights>();
   for (const TensorView& t : file.tensors()) {
-    if (!placer(t.name, to_float32(t), t.shape, *m.weights, m.config.d_model))
-      throw ModelError(file.path() + ": unexpected tensor " + t.name + " for a " + type + " checkpoint");
+    if (!placer(t.name, to_float32(t), t.shape, *m.weights, m.config))
+      throw ModelError(file.path() + ": unexpected tensor " + t.name + " for a " + type +
+                       " checkpoint");
   }
-  if (m.config.tie_embeddings) m.weights->tensors().erase("head.weight");  // tied: the embedding
+  if (m.config.tie_embeddings) {  // tied: the embedding; a checkpoint's copy of it must be it
+    auto& t = m.weights->tensors();
+    if (t.count("head.weight") && t.count("embed.weight") && t["head.weight"] != t["embed.weight"])
+      throw ModelError(file.path() +
+                       ": the embeddings are tied but the output projection differs from them");
+    t.erase("head.weight");
+  }
   std::set<std::string> expected;
   for (const WeightSpec& spec : expected_weights(m.config)) {
     expected.insert(spec.name);
@@ -232,7 +265,8 @@ ImportedModel import_hf_model(const std::string& dir) {
       throw ModelError(file.path() + ": missing the tensor that becomes " + spec.name);
     if (static_cast<int64_t>(it->second.size()) != numel)
       throw ModelError(file.path() + ": the tensor that becomes " + spec.name + " has " +
-                       std::to_string(it->second.size()) + " values, config.json implies " + std::to_string(numel));
+                       std::to_string(it->second.size()) + " values, config.json implies " +
+                       std::to_string(numel));
   }
   return m;
 }

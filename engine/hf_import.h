@@ -1,7 +1,8 @@
 // Direct loading of Hugging Face GPT-2 and RWKV-4 checkpoints (config.json with "model_type"
-// "gpt2" or "rwkv", model.safetensors): the config is mapped onto ours (DESIGN §4 covers both
-// exactly) and the tensors renamed and reshaped — GPT-2's Conv1D weights are stored [in, out]
-// and its q, k, v packed in c_attn; RWKV's time_mix_* are [1, 1, d] and time_decay stays raw.
+// "gpt2" or "rwkv", model.safetensors) and of torchscale RetNet ones (engine/torchscale_import.h):
+// the config is mapped onto ours and the tensors renamed and reshaped — GPT-2's Conv1D weights
+// are stored [in, out] and its q, k, v packed in c_attn; RWKV's time_mix_* are [1, 1, d] and
+// time_decay stays raw.
 #pragma once
 
 #include <map>
@@ -28,10 +29,11 @@ class OwnedWeights : public WeightSource {
 struct ImportedModel {
   ModelConfig config;
   std::unique_ptr<OwnedWeights> weights;
-  std::string source;  // "gpt2" or "rwkv"
+  std::string source;  // "gpt2", "rwkv" or "torchscale_retnet"
 };
 
-// True when config.json names a Hugging Face model type (it has "model_type").
+// True when config.json is one to import: it names a Hugging Face model type ("model_type") or
+// holds torchscale RetNet arguments ("decoder_retention_heads").
 bool is_hf_config(const std::string& config_json_text);
 // Throws ModelError naming the file and the key or tensor at fault.
 ImportedModel import_hf_model(const std::string& dir);

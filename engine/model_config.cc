@@ -95,6 +95,9 @@ struct Reader {
   }
 };
 
+const std::vector<std::pair<std::string, NormKind>> kNormKinds = {
+    {"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}};
+
 std::string layer_prefix(const std::string& source, size_t i) {
   return source + ": layers[" + std::to_string(i) + "]: ";
 }
@@ -153,6 +156,14 @@ LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const Model
   if (!(l.gn_eps > 0)) r.fail("gn_eps", " must be positive");
   l.eps = r.float_number("eps", 1e-6);
   if (!(l.eps > 0)) r.fail("eps", " must be positive");
+  l.value_dim = r.integer("value_dim", cfg.d_model, true);
+  if (l.value_dim <= 0 || l.value_dim % l.heads != 0)
+    r.fail("value_dim", "=" + std::to_string(l.value_dim) +
+                            " must be a positive multiple of heads=" + std::to_string(l.heads));
+  l.rope_style = r.choice<RopeStyle>(
+      "rope_style", "half", {{"half", RopeStyle::kHalf}, {"torchscale", RopeStyle::kTorchscale}});
+  l.group_norm = r.choice<NormKind>("group_norm", "layernorm", kNormKinds);
+  l.decay_normalize = r.boolean("decay_normalize", false);
   return l;
 }
 
@@ -222,11 +233,16 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
                                       {{"learned", PositionKind::kLearned},
                                        {"sinusoidal", PositionKind::kSinusoidal},
                                        {"none", PositionKind::kNone}});
-  r.choice<int>("norm", "layernorm", {{"layernorm", 0}});
-  c.activation = r.choice<Activation>(
-      "activation", "relu", {{"relu", Activation::kRelu}, {"gelu_tanh", Activation::kGeluTanh}});
-  c.ffn = r.choice<FfnKind>(
-      "ffn", "mlp", {{"mlp", FfnKind::kMlp}, {"rwkv_channel_mix", FfnKind::kRwkvChannelMix}});
+  c.norm = r.choice<NormKind>("norm", "layernorm", kNormKinds);
+  c.activation = r.choice<Activation>("activation", "relu",
+                                      {{"relu", Activation::kRelu},
+                                       {"gelu_tanh", Activation::kGeluTanh},
+                                       {"gelu", Activation::kGelu},
+                                       {"silu", Activation::kSilu}});
+  c.ffn = r.choice<FfnKind>("ffn", "mlp",
+                            {{"mlp", FfnKind::kMlp},
+                             {"rwkv_channel_mix", FfnKind::kRwkvChannelMix},
+                             {"glu", FfnKind::kGlu}});
   if (c.position == PositionKind::kSinusoidal && c.d_model % 2 != 0)
     throw ModelError(source + ": sinusoidal positions need an even d_model, got " +
                      std::to_string(c.d_model));

@@ -33,8 +33,16 @@ enum class MixerKind {
 // this counts it.
 inline constexpr size_t kMixerKinds = static_cast<size_t>(MixerKind::kPerformer) + 1;
 enum class PositionKind { kLearned, kSinusoidal, kNone };
-enum class Activation { kRelu, kGeluTanh };
-enum class FfnKind { kMlp, kRwkvChannelMix };
+// Layer norm (mean-centred, weight and bias) or RMS norm (torchscale's RMSNorm: no centring, no
+// bias): the model's norms (`norm`) and RetNet's per-head norm (`group_norm`).
+enum class NormKind { kLayerNorm, kRmsNorm };
+// gelu is the exact (erf) GELU, gelu_tanh GPT-2's tanh approximation; silu = swish.
+enum class Activation { kRelu, kGeluTanh, kGelu, kSilu };
+// glu: fc2(act(fc1 x) ⊙ gate x), torchscale's gated FFN.
+enum class FfnKind { kMlp, kRwkvChannelMix, kGlu };
+// RetNet's rotation: rotate-half with angles base^(−2i/h) (ours, GPT-NeoX, fla), or torchscale's
+// interleaved pairs (x₂ᵢ, x₂ᵢ₊₁) with angles base^(−i/(h/2−1)).
+enum class RopeStyle { kHalf, kTorchscale };
 
 const char* mixer_kind_name(MixerKind kind);
 // Throws ModelError for an unknown name.
@@ -52,12 +60,19 @@ struct LayerConfig {
   float gn_eps = 1e-5f;
   float eps = 1e-6f;
   int64_t features = 0;  // performer: m [d_model / heads]
+  // RetNet: v and g width [d_model], split over the heads; rotation style; per-head norm; and
+  // torchscale's division of a head's output at position t by √(Σ_{j≤t} γ^j) before that norm.
+  int64_t value_dim = 0;
+  RopeStyle rope_style = RopeStyle::kHalf;
+  NormKind group_norm = NormKind::kLayerNorm;
+  bool decay_normalize = false;
 };
 
 struct ModelConfig {
   int64_t vocab_size = 0, d_model = 0, n_layers = 0, ffn_dim = 0, max_seq_len = 0;
   PositionKind position = PositionKind::kLearned;
   float embed_scale = 1.0f;
+  NormKind norm = NormKind::kLayerNorm;
   float norm_eps = 1e-5f;
   Activation activation = Activation::kRelu;
   FfnKind ffn = FfnKind::kMlp;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/layer_part.h"
@@ -17,6 +18,17 @@ namespace mixserve {
 
 // Every tensor a model with this config must have, with its shape.
 std::vector<WeightSpec> expected_weights(const ModelConfig& cfg);
+
+// Several projections of one input stacked into one [Σ out, in] weight (and bias when `bias`), in
+// the order of parts ({name, out}: "prefix + name.weight" [out, in]), so that e.g. q, k and v come
+// out of one GEMM. Both backends pack their fused projections from this.
+struct StackedProjections {
+  std::vector<float> weight, bias;
+  int64_t out = 0;
+};
+StackedProjections stack_projections(const WeightSource& w, const std::string& prefix,
+                                     const std::vector<std::pair<std::string, int64_t>>& parts,
+                                     int64_t in, bool bias);
 
 class ModelWeights : public WeightSource {
  public:

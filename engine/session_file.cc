@@ -132,13 +132,17 @@ uint64_t model_fingerprint(const LoadedModel& model, const std::vector<StateLayo
   Hasher h;
   const ModelConfig& c = model.config;
   h.add(c.vocab_size), h.add(c.d_model), h.add(c.n_layers), h.add(c.ffn_dim), h.add(c.max_seq_len);
-  h.add(static_cast<int>(c.position)), h.add(c.embed_scale), h.add(c.norm_eps);
+  h.add(static_cast<int>(c.position)), h.add(c.embed_scale), h.add(static_cast<int>(c.norm));
+  h.add(c.norm_eps);
   h.add(static_cast<int>(c.activation)), h.add(static_cast<int>(c.ffn));
   h.add(c.bias), h.add(c.head_bias), h.add(c.tie_embeddings), h.add(c.embed_norm);
   h.add(c.bos_id), h.add(c.eos_id);
   for (const LayerConfig& l : c.layers) {
     h.add(static_cast<int>(l.kind)), h.add(l.heads), h.add(l.rope), h.add(l.rope_base);
     h.add(l.window), h.add(l.out_proj), h.add(l.gn_eps), h.add(l.eps), h.add(l.features);
+    h.add(l.value_dim), h.add(static_cast<int>(l.rope_style)),
+        h.add(static_cast<int>(l.group_norm));
+    h.add(l.decay_normalize);
   }
   for (const StateLayout& s : layouts) {
     h.add(s.fixed_floats), h.add(s.token_floats);

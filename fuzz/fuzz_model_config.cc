@@ -38,6 +38,7 @@ void check_invariants(const ModelConfig& c) {
     if (has_heads(l.kind)) FUZZ_CHECK(l.heads > 0 && c.d_model % l.heads == 0);
     if (has_window(l.kind)) FUZZ_CHECK(l.window >= 1 && l.window <= c.max_seq_len);
     FUZZ_CHECK(l.features > 0 && l.gn_eps > 0 && l.eps > 0 && l.rope_base > 0);
+    FUZZ_CHECK(l.value_dim > 0 && l.value_dim % l.heads == 0);
   }
 }
 
@@ -45,6 +46,10 @@ void check_invariants(const ModelConfig& c) {
 // mixer accepts only its own parameters).
 json rewrite(const json& in, const ModelConfig& c) {
   static const char* position[] = {"learned", "sinusoidal", "none"};
+  static const char* norm[] = {"layernorm", "rmsnorm"};
+  static const char* activation[] = {"relu", "gelu_tanh", "gelu", "silu"};
+  static const char* ffn[] = {"mlp", "rwkv_channel_mix", "glu"};
+  static const char* rope_style[] = {"half", "torchscale"};
   json out = in;
   out["vocab_size"] = c.vocab_size;
   out["d_model"] = c.d_model;
@@ -53,9 +58,10 @@ json rewrite(const json& in, const ModelConfig& c) {
   out["max_seq_len"] = c.max_seq_len;
   out["position"] = position[static_cast<int>(c.position)];
   out["embed_scale"] = c.embed_scale;
+  out["norm"] = norm[static_cast<int>(c.norm)];
   out["norm_eps"] = c.norm_eps;
-  out["activation"] = c.activation == Activation::kRelu ? "relu" : "gelu_tanh";
-  out["ffn"] = c.ffn == FfnKind::kMlp ? "mlp" : "rwkv_channel_mix";
+  out["activation"] = activation[static_cast<int>(c.activation)];
+  out["ffn"] = ffn[static_cast<int>(c.ffn)];
   out["bias"] = c.bias;
   out["head_bias"] = c.head_bias;
   out["tie_embeddings"] = c.tie_embeddings;
@@ -75,6 +81,10 @@ json rewrite(const json& in, const ModelConfig& c) {
       if (k == "gn_eps") v = l.gn_eps;
       if (k == "eps") v = l.eps;
       if (k == "features") v = l.features;
+      if (k == "value_dim") v = l.value_dim;
+      if (k == "rope_style") v = rope_style[static_cast<int>(l.rope_style)];
+      if (k == "group_norm") v = norm[static_cast<int>(l.group_norm)];
+      if (k == "decay_normalize") v = l.decay_normalize;
     }
   }
   return out;
@@ -83,7 +93,9 @@ json rewrite(const json& in, const ModelConfig& c) {
 bool same_layer(const LayerConfig& a, const LayerConfig& b) {
   return a.kind == b.kind && a.heads == b.heads && a.rope == b.rope && a.rope_base == b.rope_base &&
          a.window == b.window && a.out_proj == b.out_proj && a.gn_eps == b.gn_eps &&
-         a.eps == b.eps && a.features == b.features;
+         a.eps == b.eps && a.features == b.features && a.value_dim == b.value_dim &&
+         a.rope_style == b.rope_style && a.group_norm == b.group_norm &&
+         a.decay_normalize == b.decay_normalize;
 }
 
 bool same(const ModelConfig& a, const ModelConfig& b) {
@@ -92,7 +104,7 @@ bool same(const ModelConfig& a, const ModelConfig& b) {
     if (!same_layer(a.layers[i], b.layers[i])) return false;
   return a.vocab_size == b.vocab_size && a.d_model == b.d_model && a.n_layers == b.n_layers &&
          a.ffn_dim == b.ffn_dim && a.max_seq_len == b.max_seq_len && a.position == b.position &&
-         a.embed_scale == b.embed_scale && a.norm_eps == b.norm_eps &&
+         a.embed_scale == b.embed_scale && a.norm == b.norm && a.norm_eps == b.norm_eps &&
          a.activation == b.activation && a.ffn == b.ffn && a.bias == b.bias &&
          a.head_bias == b.head_bias && a.tie_embeddings == b.tie_embeddings &&
          a.embed_norm == b.embed_norm && a.bos_id == b.bos_id && a.eos_id == b.eos_id;

@@ -4,8 +4,6 @@
 // GEMM over the rows whose logits are wanted. Decode steps (one row per sequence) are padded to a
 // power-of-two batch and replayed from a CUDA graph captured once per bucket; the padding rows are
 // dummy sequences at position 0 whose state lives in scratch pages outside the pool's page ids.
-#include "kernels/cuda_backend.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +14,7 @@
 #include "engine/mixers/registry.h"
 #include "engine/positions.h"
 #include "engine/sequence_state.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/ops.cuh"
 #include "kernels/sampling.cuh"
 
@@ -87,7 +86,7 @@ struct CudaBackend::Impl {
 
   // Activations for up to row_cap rows.
   int row_cap = 0;
-  int64_t hidden_per_row = 0, partial_per_row = 0;
+  int64_t proj_per_row = 0, mixed_per_row = 0, hidden_per_row = 0, partial_per_row = 0;
   DeviceBuffer<float> x, xn, proj, mixed, tmp, hidden, partial, logits;
   PinnedBuffer<float> logits_host;
   // The batch's int32 arrays (layout in fill_meta), host and device.
@@ -103,7 +102,8 @@ struct CudaBackend::Impl {
   std::vector<double> mixer_seconds;
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
-  bool device_sampling = false, tensor_cores = false, small_batch_gemv = false, ordered_sums = false;
+  bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
+       ordered_sums = false;
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
@@ -131,8 +131,8 @@ struct CudaBackend::Impl {
     const int64_t R = row_cap;
     x.reserve(R * d);
     xn.reserve(R * d);
-    proj.reserve(R * 4 * d);
-    mixed.reserve(R * d);
+    proj.reserve(R * proj_per_row);
+    mixed.reserve(R * mixed_per_row);
     tmp.reserve(R * d);
     hidden.reserve(R * hidden_per_row);
     partial.reserve(std::max<int64_t>(1, R * partial_per_row));
@@ -161,11 +161,12 @@ struct CudaBackend::Impl {
   void fill_meta(const ForwardBatch& b, int R, int S, int O) {
     const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
     meta.assign(table_offset(R, S, O) + int64_t{n_layers} * (S + 1), 0);
-    int32_t *tok = meta.data(), *seq = tok + R, *pos = seq + R, *start = pos + R, *pos0 = start + S + 1,
-            *out = pos0 + S;
+    int32_t *tok = meta.data(), *seq = tok + R, *pos = seq + R, *start = pos + R,
+            *pos0 = start + S + 1, *out = pos0 + S;
     for (int s = 0; s < S; ++s) {
       const bool real = s < n_seq;
-      const int r0 = real ? b.row_start[s] : rows + (s - n_seq), r1 = real ? b.row_start[s + 1] : r0 + 1;
+      const int r0 = real ? b.row_start[s] : rows + (s - n_seq),
+                r1 = real ? b.row_start[s + 1] : r0 + 1;
       start[s] = r0;
       pos0[s] = real ? b.pos0[s] : 0;
       for (int r = r0; r < r1; ++r) {
@@ -195,7 +196,8 @@ struct CudaBackend::Impl {
     meta.resize(first_page + count);
     int32_t* dst = meta.data() + first_page;
     for (int l = 0; l < n_layers; ++l)
-      for (int s = 0; s < S; ++s) dst = std::copy(seq_pages(l, s).begin(), seq_pages(l, s).end(), dst);
+      for (int s = 0; s < S; ++s)
+        dst = std::copy(seq_pages(l, s).begin(), seq_pages(l, s).end(), dst);
     if (meta_dev.size() < meta.size()) {
       drop_graphs();
       meta_dev.reserve(meta.size() * 2);
@@ -264,7 +266,8 @@ struct CudaBackend::Impl {
   }
 };
 
-CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const CudaBackendOptions& opts)
+CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
+                         const CudaBackendOptions& opts)
     : impl_(std::make_unique<Impl>(cfg, opts)) {
   Impl& m = *impl_;
   CUDA_CHECK(cudaSetDevice(opts.device));
@@ -273,7 +276,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   m.n_layers = static_cast<int>(cfg.n_layers);
   const int64_t d = m.d;
   m.page_floats = opts.page_floats > 0 ? opts.page_floats : static_cast<int32_t>(d);
-  if (m.page_floats % d != 0) throw std::invalid_argument("page_floats must be a multiple of d_model");
+  if (m.page_floats % d != 0)
+    throw std::invalid_argument("page_floats must be a multiple of d_model");
 
   int64_t scratch = 0;  // pages a dummy sequence holds, over all layers
   for (int i = 0; i < m.n_layers; ++i) {
@@ -284,11 +288,13 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   if (pool_bytes <= 0) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    pool_bytes = opts.memory_fraction > 0 ? static_cast<int64_t>(opts.memory_fraction * static_cast<double>(free_b))
-                                          : std::min<int64_t>(free_b / 2, int64_t{4} << 30);
+    pool_bytes = opts.memory_fraction > 0
+                     ? static_cast<int64_t>(opts.memory_fraction * static_cast<double>(free_b))
+                     : std::min<int64_t>(free_b / 2, int64_t{4} << 30);
   }
   const int64_t page_bytes = sizeof(float) * int64_t{m.page_floats};
-  m.total_pages = static_cast<int32_t>(std::min<int64_t>(pool_bytes / page_bytes, INT32_MAX - scratch));
+  m.total_pages =
+      static_cast<int32_t>(std::min<int64_t>(pool_bytes / page_bytes, INT32_MAX - scratch));
   m.pool.reserve(static_cast<size_t>(m.total_pages + scratch) * m.page_floats);
   int32_t next = m.total_pages;
   for (int i = 0; i < m.n_layers; ++i) {
@@ -314,22 +320,30 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
     m.embed_params.pos = dw.f32(w.get("pos_embed.weight"), size_t(cfg.max_seq_len) * d);
   if (cfg.position == PositionKind::kSinusoidal)
     m.embed_params.pos = dw.f32(sinusoidal_positions(cfg.max_seq_len, d));
-  if (cfg.embed_norm)
-    m.embed_params.norm = {dw.f32(w.get("embed_norm.weight"), d), dw.f32(w.get("embed_norm.bias"), d),
-                           cfg.norm_eps};
+  // The model's norms: a layer norm's weight and bias, or an RMS norm's weight.
+  const bool rms = cfg.norm == NormKind::kRmsNorm;
+  auto norm_of = [&](const std::string& name) {
+    return Norm{dw.f32(w.get(name + ".weight"), d),
+                rms ? nullptr : dw.f32(w.get(name + ".bias"), d), cfg.norm_eps, rms};
+  };
+  if (cfg.embed_norm) m.embed_params.norm = norm_of("embed_norm");
   int64_t partial = 0;
+  m.proj_per_row = 4 * d;
+  m.mixed_per_row = d;
   for (int i = 0; i < m.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     const LayerConfig& lc = cfg.layers[i];
     Impl::Layer L;
-    L.ln1 = {dw.f32(w.get(p + "ln1.weight"), d), dw.f32(w.get(p + "ln1.bias"), d), cfg.norm_eps};
-    L.ln2 = {dw.f32(w.get(p + "ln2.weight"), d), dw.f32(w.get(p + "ln2.bias"), d), cfg.norm_eps};
+    L.ln1 = norm_of(p + "ln1");
+    L.ln2 = norm_of(p + "ln2");
     L.mixer = cuda_mixer_factory(lc.kind)(cfg, lc, dw, w, p + "mixer.");
     L.ffn = make_cuda_ffn(cfg, dw, w, p + "ffn.", mixer_info(lc.kind).state(cfg, lc).fixed_floats);
     partial = std::max(partial, L.mixer->partial_floats_per_row());
+    m.proj_per_row = std::max(m.proj_per_row, L.mixer->proj_floats_per_row());
+    m.mixed_per_row = std::max(m.mixed_per_row, L.mixer->mixed_floats_per_row());
     m.layers.push_back(std::move(L));
   }
-  m.norm_f = {dw.f32(w.get("norm_f.weight"), d), dw.f32(w.get("norm_f.bias"), d), cfg.norm_eps};
+  m.norm_f = norm_of("norm_f");
   m.head = dw.matrix(cfg.tie_embeddings ? w.get("embed.weight") : w.get("head.weight"),
                      cfg.head_bias ? w.get("head.bias") : nullptr, static_cast<int>(cfg.vocab_size),
                      static_cast<int>(d));
@@ -343,9 +357,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
   m.device_sampling = opts.device_sampling;
   if (const char* env = std::getenv("MIXSERVE_CUDA_SAMPLING")) {
     const std::string v = env;
-    if (v == "device") m.device_sampling = true;
-    else if (v == "host") m.device_sampling = false;
-    else if (!v.empty()) throw std::invalid_argument("MIXSERVE_CUDA_SAMPLING must be device or host, not '" + v + "'");
+    if (v == "device")
+      m.device_sampling = true;
+    else if (v == "host")
+      m.device_sampling = false;
+    else if (!v.empty())
+      throw std::invalid_argument("MIXSERVE_CUDA_SAMPLING must be device or host, not '" + v + "'");
   }
   if (opts.time_mixers) {
     m.events.resize(2 * m.n_layers);
@@ -356,14 +373,30 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w, const Cu
 
 CudaBackend::~CudaBackend() = default;
 
-const ModelConfig& CudaBackend::config() const { return impl_->cfg; }
-const std::vector<StateLayout>& CudaBackend::state_layouts() const { return impl_->layouts; }
-int32_t CudaBackend::page_floats() const { return impl_->page_floats; }
-int32_t CudaBackend::total_pages() const { return impl_->total_pages; }
-const std::vector<double>& CudaBackend::mixer_seconds() const { return impl_->mixer_seconds; }
-int CudaBackend::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
-size_t CudaBackend::weight_bytes() const { return impl_->weights.bytes(); }
-double CudaBackend::last_device_seconds() const { return impl_->device_seconds; }
+const ModelConfig& CudaBackend::config() const {
+  return impl_->cfg;
+}
+const std::vector<StateLayout>& CudaBackend::state_layouts() const {
+  return impl_->layouts;
+}
+int32_t CudaBackend::page_floats() const {
+  return impl_->page_floats;
+}
+int32_t CudaBackend::total_pages() const {
+  return impl_->total_pages;
+}
+const std::vector<double>& CudaBackend::mixer_seconds() const {
+  return impl_->mixer_seconds;
+}
+int CudaBackend::graphs_captured() const {
+  return static_cast<int>(impl_->graphs.size());
+}
+size_t CudaBackend::weight_bytes() const {
+  return impl_->weights.bytes();
+}
+double CudaBackend::last_device_seconds() const {
+  return impl_->device_seconds;
+}
 
 // Queues one forward pass (checks, metadata upload, graph or eager kernels) and returns how
 // many logits rows it writes for the caller; nothing is copied back yet.
@@ -372,7 +405,8 @@ int CudaBackend::Impl::enqueue(const ForwardBatch& b) {
   const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
   for (int s = 0; s < n_seq; ++s)
     for (int32_t r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-      if (b.tokens[r] < 0 || b.tokens[r] >= cfg.vocab_size) throw std::out_of_range("token id out of range");
+      if (b.tokens[r] < 0 || b.tokens[r] >= cfg.vocab_size)
+        throw std::out_of_range("token id out of range");
       if (b.pos0[s] + (r - b.row_start[s]) >= cfg.max_seq_len)
         throw std::out_of_range("position exceeds max_seq_len");
     }
@@ -386,8 +420,10 @@ int CudaBackend::Impl::enqueue(const ForwardBatch& b) {
   reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
   CUDA_CHECK(cudaEventRecord(step_begin, stream));
   fill_meta(b, R, S, O);
-  if (use_graph) run_graph(S);
-  else run(R, S, O);
+  if (use_graph)
+    run_graph(S);
+  else
+    run(R, S, O);
   CUDA_CHECK(cudaEventRecord(step_end, stream));
   last_logit_rows = out_real;
   return out_real;
@@ -421,10 +457,18 @@ void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   std::memcpy(logits.data(), m.logits_host.get(), sizeof(float) * out_real * V);
 }
 
-bool CudaBackend::device_sampling() const { return impl_->device_sampling; }
-bool CudaBackend::tensor_cores() const { return impl_->tensor_cores; }
-bool CudaBackend::small_batch_gemv() const { return impl_->small_batch_gemv; }
-bool CudaBackend::ordered_sums() const { return impl_->ordered_sums; }
+bool CudaBackend::device_sampling() const {
+  return impl_->device_sampling;
+}
+bool CudaBackend::tensor_cores() const {
+  return impl_->tensor_cores;
+}
+bool CudaBackend::small_batch_gemv() const {
+  return impl_->small_batch_gemv;
+}
+bool CudaBackend::ordered_sums() const {
+  return impl_->ordered_sums;
+}
 
 // With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned
 // memory are queued back to back and the host waits once; the logits stay on the device (a row
@@ -440,7 +484,8 @@ void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<Sa
   const auto t0 = std::chrono::steady_clock::now();
   m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size), rows);
   CUDA_CHECK(cudaEventRecord(m.sample_end, m.stream));
-  const double host_launch = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double host_launch =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
   const auto t1 = std::chrono::steady_clock::now();
   const bool ran = !b.tokens.empty();
@@ -457,7 +502,8 @@ void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<Sa
 void CudaBackend::logits_row(int32_t row, float* host) const {
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::logits_row(row, host);
-  if (row < 0 || row >= m.last_logit_rows) throw std::out_of_range("logits_row: row outside the last forward pass's logits");
+  if (row < 0 || row >= m.last_logit_rows)
+    throw std::out_of_range("logits_row: row outside the last forward pass's logits");
   CUDA_CHECK(cudaSetDevice(m.opts.device));
   const int64_t V = m.cfg.vocab_size;
   CUDA_CHECK(cudaMemcpyAsync(m.logits_host.get(), m.logits.get() + row * V, sizeof(float) * V,
@@ -473,7 +519,8 @@ std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, i
   std::vector<SampledToken> tokens;
   try {
     DeviceBuffer<float> dev(logits.size());
-    CUDA_CHECK(cudaMemcpyAsync(dev.get(), logits.data(), sizeof(float) * logits.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(dev.get(), logits.data(), sizeof(float) * logits.size(),
+                               cudaMemcpyHostToDevice, stream));
     for (const SampleRow& r : rows)
       if (r.row < 0 || static_cast<size_t>(r.row + 1) * vocab > logits.size())
         throw std::out_of_range("cuda_sample_logits: row outside the logits");
@@ -516,7 +563,8 @@ void CudaBackend::read_pages(const std::vector<int32_t>& pages, float* host) con
   m.stage.reserve(n);
   cuda::gather_pages(m.stream, m.pool.get(), m.page_ids.get(), static_cast<int>(pages.size()),
                      m.page_floats, m.stage.get());
-  CUDA_CHECK(cudaMemcpyAsync(host, m.stage.get(), n * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(host, m.stage.get(), n * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
@@ -526,7 +574,8 @@ void CudaBackend::write_pages(const std::vector<int32_t>& pages, const float* ho
   const size_t n = pages.size() * m.page_floats;
   m.upload_ids(pages);
   m.stage.reserve(n);
-  CUDA_CHECK(cudaMemcpyAsync(m.stage.get(), host, n * sizeof(float), cudaMemcpyHostToDevice, m.stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(m.stage.get(), host, n * sizeof(float), cudaMemcpyHostToDevice, m.stream));
   cuda::scatter_pages(m.stream, m.pool.get(), m.page_ids.get(), static_cast<int>(pages.size()),
                       m.page_floats, m.stage.get());
   // The caller may free `host` on return; a pageable copy has been staged by then, but keep it

@@ -16,8 +16,8 @@ namespace mixserve::cuda {
 // Activations of one forward pass, sized for its rows (see CudaBackend::Impl::reserve_rows).
 struct Scratch {
   float* xn = nullptr;       // [rows, d] normed input, for parts that need it materialised
-  float* proj = nullptr;     // [rows, 4d] projections (q, k, v, g, ...)
-  float* mixed = nullptr;    // [rows, d] the mixer's core output, before its output projection
+  float* proj = nullptr;     // [rows, ≥ 4d] projections (q, k, v, g, ...)
+  float* mixed = nullptr;    // [rows, ≥ d] the mixer's core output, before its output projection
   float* tmp = nullptr;      // [rows, d]
   float* hidden = nullptr;   // [rows, max(c, 4d)]
   float* partial = nullptr;  // SHE's chunk sums
@@ -25,18 +25,19 @@ struct Scratch {
 
 struct Norm {
   const float* w = nullptr;
-  const float* b = nullptr;
+  const float* b = nullptr;  // null for an RMS norm
   float eps = 1e-5f;
+  bool rms = false;  // RMS norm (no centring) instead of the layer norm
 };
 
 struct PartStep {
   cudaStream_t stream = nullptr;
   DevBatch batch;
-  DevPages pages;  // this layer's
+  DevPages pages;      // this layer's
   float* x = nullptr;  // residual stream [rows, d], updated in place
   Scratch s;
-  Norm norm;       // ln1 for the mixer, ln2 for the FFN
-  int rows = 0;    // = batch.rows, on the host
+  Norm norm;     // ln1 for the mixer, ln2 for the FFN
+  int rows = 0;  // = batch.rows, on the host
   int d = 0;
 };
 
@@ -46,6 +47,10 @@ class CudaPart {
   virtual void forward(const PartStep& step) = 0;
   // Floats of Scratch::partial the part needs per row (SHE's lag-chunk sums); 0 for most.
   virtual int64_t partial_floats_per_row() const { return 0; }
+  // Floats of Scratch::proj and ::mixed per row beyond the 4d and d every part may use (RetNet's
+  // wider value heads); 0 for most.
+  virtual int64_t proj_floats_per_row() const { return 0; }
+  virtual int64_t mixed_floats_per_row() const { return 0; }
 };
 
 inline GemmIn rows_of(const float* x, int64_t ld) {
@@ -59,6 +64,7 @@ inline GemmIn normed_rows_of(const float* x, int64_t ld, const Norm& n) {
   in.ln_w = n.w;
   in.ln_b = n.b;
   in.ln_eps = n.eps;
+  in.ln_rms = n.rms;
   return in;
 }
 inline GemmOut to(float* y, int64_t ld, Epi epi = Epi::kStore, Act act = Act::kNone,
@@ -75,8 +81,9 @@ void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm
 using PartFactory = std::unique_ptr<CudaPart> (*)(const ModelConfig&, const LayerConfig&,
                                                   DeviceWeights&, const WeightSource&,
                                                   const std::string& prefix);
-std::unique_ptr<CudaPart> make_cuda_attention(const ModelConfig&, const LayerConfig&, DeviceWeights&,
-                                              const WeightSource&, const std::string&);
+std::unique_ptr<CudaPart> make_cuda_attention(const ModelConfig&, const LayerConfig&,
+                                              DeviceWeights&, const WeightSource&,
+                                              const std::string&);
 std::unique_ptr<CudaPart> make_cuda_aft(const ModelConfig&, const LayerConfig&, DeviceWeights&,
                                         const WeightSource&, const std::string&);
 std::unique_ptr<CudaPart> make_cuda_retnet(const ModelConfig&, const LayerConfig&, DeviceWeights&,

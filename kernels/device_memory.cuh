@@ -7,11 +7,12 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/layer_part.h"
-#include "kernels/cuda_common.cuh"
 #include "kernels/cuda_backend.h"
+#include "kernels/cuda_common.cuh"
 
 namespace mixserve::cuda {
 
@@ -96,6 +97,9 @@ class DeviceWeights {
   // "prefix + name" projections of one input stacked into one [Σ n, k] matrix (q, k, v → qkv).
   DevMatrix fused(const WeightSource& ws, const std::string& prefix,
                   const std::vector<std::string>& names, int n, int k, bool bias);
+  // The same with each projection's own output width ({name, n}).
+  DevMatrix fused(const WeightSource& ws, const std::string& prefix,
+                  const std::vector<std::pair<std::string, int64_t>>& parts, int k, bool bias);
   DevMatrix linear(const WeightSource& ws, const std::string& name, int n, int k, bool bias) {
     return fused(ws, "", {name}, n, k, bias);
   }

@@ -11,7 +11,7 @@
 
 namespace mixserve::cuda {
 
-enum class Act : int { kNone, kRelu, kGeluTanh, kReluSquare };
+enum class Act : int { kNone, kRelu, kGeluTanh, kReluSquare, kGelu, kSilu };
 enum class Epi : int {
   kStore,             // y = v
   kAdd,               // y += v (the residual stream)
@@ -28,6 +28,7 @@ struct GemmIn {
   const float* ln_w = nullptr;    // layer norm of each row (over K) when set
   const float* ln_b = nullptr;
   float ln_eps = 0;
+  bool ln_rms = false;  // RMS norm (no centring) instead of the layer norm
 };
 
 struct GemmOut {
@@ -45,8 +46,8 @@ void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, cons
 // positions back (from this batch's rows or from the ring in the state; zero before position 0).
 struct LagIn {
   DevBatch batch;
-  DevPages pages;     // the ring: slot (position mod W) at floats slot·d
-  const float* src;   // this step's inputs [rows, d]
+  DevPages pages;    // the ring: slot (position mod W) at floats slot·d
+  const float* src;  // this step's inputs [rows, d]
   int d, window;
 };
 constexpr int kLagChunk = 256;  // K per partial sum (a multiple of every tile's BK)

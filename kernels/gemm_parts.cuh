@@ -38,6 +38,10 @@ __device__ __forceinline__ float activate(float v, Act act) {
     }
     case Act::kReluSquare:
       return v > 0.0f ? v * v : 0.0f;
+    case Act::kGelu:  // exact GELU, 0.5·v·(1 + erf(v/√2)), as the CPU's
+      return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case Act::kSilu:
+      return v * sigmoidf_(v);
     default:
       return v;
   }
@@ -69,7 +73,8 @@ __device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int 
   }
 }
 
-// Rows of x, layer-normed on load when in.ln_w is set (statistics in double, as the CPU does).
+// Rows of x, layer- or RMS-normed on load when in.ln_w is set (statistics in double, as the CPU
+// does).
 struct PlainLoader {
   static constexpr bool kSplitK = false;  // one block sums all of K
   GemmIn in;
@@ -89,7 +94,8 @@ struct PlainLoader {
       if (r >= M) continue;
       const float* x = row(r);
       double s = 0;
-      for (int k = lane; k < K; k += 32) s += x[k];
+      if (!in.ln_rms)  // an RMS norm does not centre: mean 0
+        for (int k = lane; k < K; k += 32) s += x[k];
       for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
       const double mu = s / K;
       double v = 0;

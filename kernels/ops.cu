@@ -1,18 +1,20 @@
 // Embeddings, layer norm, page operations, and the weight upload.
-#include "kernels/ops.cuh"
-
 #include <cstring>
+
+#include "engine/model_weights.h"
+#include "kernels/ops.cuh"
 
 namespace mixserve::cuda {
 
 namespace {
 
-// Layer norm of one row held by the block (v[i] for i = threadIdx.x, +blockDim.x, ...), in
+// Layer or RMS norm of one row held by the block (v[i] for i = threadIdx.x, +blockDim.x, ...), in
 // place; statistics in double as the CPU computes them.
 __device__ void normalize_row(float* row, int d, const Norm& n) {
   __shared__ double red[32];
   double s = 0;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) s += row[i];
+  if (!n.rms)  // an RMS norm does not centre: mean 0
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += row[i];
   const double mu = block_sum(s, red) / d;
   double v = 0;
   for (int i = threadIdx.x; i < d; i += blockDim.x) v += (row[i] - mu) * (row[i] - mu);
@@ -54,28 +56,36 @@ __global__ void init_pages_kernel(float* pool, const int32_t* pages, int n, int 
   pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf] = v;
 }
 
-__global__ void gather_pages_kernel(const float* pool, const int32_t* pages, int n, int pf, float* out) {
+__global__ void gather_pages_kernel(const float* pool, const int32_t* pages, int n, int pf,
+                                    float* out) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx < static_cast<int64_t>(n) * pf) out[idx] = pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf];
+  if (idx < static_cast<int64_t>(n) * pf)
+    out[idx] = pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf];
 }
 
-__global__ void scatter_pages_kernel(float* pool, const int32_t* pages, int n, int pf, const float* in) {
+__global__ void scatter_pages_kernel(float* pool, const int32_t* pages, int n, int pf,
+                                     const float* in) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx < static_cast<int64_t>(n) * pf) pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf] = in[idx];
+  if (idx < static_cast<int64_t>(n) * pf)
+    pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf] = in[idx];
 }
 
-__global__ void copy_pages_kernel(float* pool, const int32_t* from, const int32_t* to, int n, int pf) {
+__global__ void copy_pages_kernel(float* pool, const int32_t* from, const int32_t* to, int n,
+                                  int pf) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(n) * pf) return;
   const int64_t p = idx / pf, i = idx % pf;
   pool[static_cast<int64_t>(to[p]) * pf + i] = pool[static_cast<int64_t>(from[p]) * pf + i];
 }
 
-int blocks_for(int n, int pf) { return ceil_div(static_cast<int64_t>(n) * pf, 256); }
+int blocks_for(int n, int pf) {
+  return ceil_div(static_cast<int64_t>(n) * pf, 256);
+}
 
 }  // namespace
 
-void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p, float* x) {
+void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p,
+           float* x) {
   if (rows == 0) return;
   embed_kernel<<<rows, 128, 0, stream>>>(b, d, p, x);
   CUDA_CHECK_LAUNCH();
@@ -87,25 +97,29 @@ void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm
   CUDA_CHECK_LAUNCH();
 }
 
-void init_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf, const InitRuns& runs) {
+void init_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,
+                const InitRuns& runs) {
   if (n == 0) return;
   init_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, runs);
   CUDA_CHECK_LAUNCH();
 }
 
-void gather_pages(cudaStream_t stream, const float* pool, const int32_t* pages, int n, int pf, float* out) {
+void gather_pages(cudaStream_t stream, const float* pool, const int32_t* pages, int n, int pf,
+                  float* out) {
   if (n == 0) return;
   gather_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, out);
   CUDA_CHECK_LAUNCH();
 }
 
-void scatter_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf, const float* in) {
+void scatter_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,
+                   const float* in) {
   if (n == 0) return;
   scatter_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, in);
   CUDA_CHECK_LAUNCH();
 }
 
-void copy_pages(cudaStream_t stream, float* pool, const int32_t* from, const int32_t* to, int n, int pf) {
+void copy_pages(cudaStream_t stream, float* pool, const int32_t* from, const int32_t* to, int n,
+                int pf) {
   if (n == 0) return;
   copy_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, from, to, n, pf);
   CUDA_CHECK_LAUNCH();
@@ -155,16 +169,16 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
 
 DevMatrix DeviceWeights::fused(const WeightSource& ws, const std::string& prefix,
                                const std::vector<std::string>& names, int n, int k, bool bias) {
-  std::vector<float> w, b;
-  for (const std::string& name : names) {
-    const float* part = ws.get(prefix + name + ".weight");
-    w.insert(w.end(), part, part + static_cast<size_t>(n) * k);
-    if (bias) {
-      const float* pb = ws.get(prefix + name + ".bias");
-      b.insert(b.end(), pb, pb + n);
-    }
-  }
-  return matrix(w.data(), bias ? b.data() : nullptr, n * static_cast<int>(names.size()), k);
+  std::vector<std::pair<std::string, int64_t>> parts;
+  for (const std::string& name : names) parts.emplace_back(name, n);
+  return fused(ws, prefix, parts, k, bias);
+}
+
+DevMatrix DeviceWeights::fused(const WeightSource& ws, const std::string& prefix,
+                               const std::vector<std::pair<std::string, int64_t>>& parts, int k,
+                               bool bias) {
+  const StackedProjections s = stack_projections(ws, prefix, parts, k, bias);
+  return matrix(s.weight.data(), bias ? s.bias.data() : nullptr, static_cast<int>(s.out), k);
 }
 
 }  // namespace mixserve::cuda

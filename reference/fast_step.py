@@ -4,10 +4,12 @@ serving, with the same math: reference/bench_decode.py times it as the fair PyTo
 Differences from Model.step (mixserve_ref), none of which changes what is computed:
 - projections that read the same input are one Linear, their weights concatenated once at load
   (q, k, v of attention, AFT, linear attention and Performer; q, k, v, g of RetNet; inp and adj of
-  HE), and RWKV's key, value and receptance (three inputs) are one batched matmul;
+  HE; fc1 and gate of the GLU), and RWKV's key, value and receptance (three inputs) are one
+  batched matmul;
 - decode state is allocated once for max_seq_len and updated in place: K/V caches and rings are
   written at their slot instead of concatenated or cloned every step;
 - F.linear / F.layer_norm are called directly rather than through nn.Module.__call__;
+- RetNet's decay scale 1/√(Σ_{j≤t} γ^j) (decay_normalize) is a table made once;
 - ring buffers are read in lag order through index tensors made once.
 Summation orders inside a fused GEMM may differ from the separate calls, so logits agree with
 Model.step to rounding, not bit for bit; check_against_reference() checks them.
@@ -17,7 +19,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mixserve_ref.mixers.common import NEG_BIG, apply_rope, rope_angles
+from mixserve_ref.ffn import ACTIVATIONS
+from mixserve_ref.mixers.common import NEG_BIG, apply_rope, rms_norm, rope_angles
+from mixserve_ref.mixers.retnet import decay_scale
 
 
 def _cat_linears(*linears):
@@ -129,24 +133,34 @@ class _AftLocal(_AftSimple):
 
 class _RetNet:
     def __init__(self, m, cfg):
-        self.n, self.h, self.gn_eps = m.n, m.h, m.gn_eps
+        self.n, self.h, self.m, self.gn_eps, self.module = m.n, m.h, m.m, m.gn_eps, m
         self.w, self.b = _cat_linears(m.q, m.k, m.v, m.g)
         self.wo, self.bo = m.o.weight, m.o.bias
-        self.cos, self.sin = rope_angles(torch.arange(cfg.max_seq_len), self.h, m.rope_base)
+        self.cos, self.sin = rope_angles(torch.arange(cfg.max_seq_len), self.h, m.rope_base, m.rope_style)
         self.gamma = m.gamma[None, :, None, None]
+        self.rsqrt_scale = decay_scale(m.gamma, cfg.max_seq_len).rsqrt().t()[:, None, :, None]  # [T, 1, n, 1]
+        self.widths = [m.h * m.n, m.h * m.n, m.dv, m.dv]
 
     def init_state(self, B):
-        return {"S": torch.zeros(B, self.n, self.h, self.h)}
+        return {"S": torch.zeros(B, self.n, self.h, self.m)}
 
     def step(self, x, st, pos):
         B, d = x.shape
-        q, k, v, g = F.linear(x, self.w, self.b).chunk(4, -1)
-        q, k, v = (t.reshape(B, self.n, 1, self.h) for t in (q, k, v))
+        m = self.module
+        q, k, v, g = F.linear(x, self.w, self.b).split(self.widths, -1)
+        q, k = (t.reshape(B, self.n, 1, self.h) for t in (q, k))
+        v = v.reshape(B, self.n, 1, self.m)
         cos, sin = self.cos[pos : pos + 1], self.sin[pos : pos + 1]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin) * self.h**-0.5
+        q, k = apply_rope(q, cos, sin, m.rope_style), apply_rope(k, cos, sin, m.rope_style) * self.h**-0.5
         S = st["S"].mul_(self.gamma).add_(k.transpose(-1, -2) @ v)
-        o = F.layer_norm(q @ S, (self.h,), eps=self.gn_eps)
-        return F.linear(F.silu(g) * o.reshape(B, d), self.wo, self.bo)
+        o = (q @ S)[:, :, 0]  # [B, n, m]
+        if m.decay_normalize:
+            o = o * self.rsqrt_scale[pos]
+        if m.group_norm == "rmsnorm":
+            o = rms_norm(o, self.gn_eps)
+        else:
+            o = F.layer_norm(o, (self.m,), eps=self.gn_eps)
+        return F.linear(F.silu(g) * o.reshape(B, m.dv), self.wo, self.bo)
 
 
 class _LinearAttention:
@@ -250,15 +264,27 @@ class _Extractor:
 class _MLP:
     def __init__(self, f, cfg):
         self.w1, self.b1, self.w2, self.b2 = f.fc1.weight, f.fc1.bias, f.fc2.weight, f.fc2.bias
-        self.relu = cfg.activation == "relu"
+        self.act = ACTIVATIONS[cfg.activation]
 
     def init_state(self, B):
         return {}
 
     def step(self, x, st):
-        h = F.linear(x, self.w1, self.b1)
-        h = F.relu(h) if self.relu else F.gelu(h, approximate="tanh")
-        return F.linear(h, self.w2, self.b2)
+        return F.linear(self.act(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
+
+
+class _GLU:
+    def __init__(self, f, cfg):
+        self.w1, self.b1 = _cat_linears(f.fc1, f.gate)
+        self.w2, self.b2 = f.fc2.weight, f.fc2.bias
+        self.act = ACTIVATIONS[cfg.activation]
+
+    def init_state(self, B):
+        return {}
+
+    def step(self, x, st):
+        h, g = F.linear(x, self.w1, self.b1).chunk(2, -1)
+        return F.linear(self.act(h) * g, self.w2, self.b2)
 
 
 class _ChannelMix:
@@ -297,6 +323,9 @@ MIXERS = {"attention": _Attention, "aft_simple": _AftSimple, "aft_full": _AftFul
           "she": _Extractor, "he": _Extractor, "we": _Extractor, "me": _Extractor}
 
 
+FFNS = {"mlp": _MLP, "glu": _GLU, "rwkv_channel_mix": _ChannelMix}
+
+
 class FastModel:
     """step(tokens, pos, states) -> logits [B, vocab], as mixserve_ref's Model.step."""
 
@@ -304,27 +333,33 @@ class FastModel:
         self.model, cfg = model, model.cfg
         self.cfg, self.d = cfg, cfg.d_model
         self.mixers = [MIXERS.get(p["mixer"], _ReferenceStep)(l.mixer, cfg) for p, l in zip(cfg.layers, model.layers)]
-        self.ffns = [(_MLP if cfg.ffn == "mlp" else _ChannelMix)(l.ffn, cfg) for l in model.layers]
-        self.norms = [(l.ln1.weight, l.ln1.bias, l.ln2.weight, l.ln2.bias) for l in model.layers]
+        self.ffns = [FFNS[cfg.ffn](l.ffn, cfg) for l in model.layers]
+        self.norms = [(l.ln1.weight, getattr(l.ln1, "bias", None), l.ln2.weight, getattr(l.ln2, "bias", None))
+                      for l in model.layers]
         self.head_w = getattr(model.head, "weight", model.embed.weight)
         self.head_b = getattr(model.head, "bias", None)
 
     def init_state(self, B):
         return [(m.init_state(B), f.init_state(B)) for m, f in zip(self.mixers, self.ffns)]
 
+    def norm(self, x, w, b):
+        if self.cfg.norm == "rmsnorm":
+            return rms_norm(x, self.cfg.norm_eps) * w
+        return F.layer_norm(x, (self.d,), w, b, self.cfg.norm_eps)
+
     def step(self, tokens, pos, states):
-        cfg, model, d, eps = self.cfg, self.model, (self.d,), self.cfg.norm_eps
+        cfg, model, norm = self.cfg, self.model, self.norm
         x = F.embedding(tokens, model.embed.weight) * cfg.embed_scale
         if cfg.position == "learned":
             x = x + model.pos_embed.weight[pos]
         elif cfg.position == "sinusoidal":
             x = x + model.sinusoid[pos]
         if cfg.embed_norm:
-            x = F.layer_norm(x, d, model.embed_norm.weight, model.embed_norm.bias, eps)
+            x = norm(x, model.embed_norm.weight, getattr(model.embed_norm, "bias", None))
         for mixer, ffn, (w1, b1, w2, b2), (mst, fst) in zip(self.mixers, self.ffns, self.norms, states):
-            h = x + mixer.step(F.layer_norm(x, d, w1, b1, eps), mst, pos)
-            x = h + ffn.step(F.layer_norm(h, d, w2, b2, eps), fst)
-        x = F.layer_norm(x, d, model.norm_f.weight, model.norm_f.bias, eps)
+            h = x + mixer.step(norm(x, w1, b1), mst, pos)
+            x = h + ffn.step(norm(h, w2, b2), fst)
+        x = norm(x, model.norm_f.weight, getattr(model.norm_f, "bias", None))
         return F.linear(x, self.head_w, self.head_b)
 
 

@@ -38,6 +38,14 @@ CASES.update({
                              {"mixer": "linear", "heads": 1}, {"mixer": "he", "window": 6},
                              {"mixer": "aft_full"}, {"mixer": "aft_simple"}],
                      position="none", embed_norm=True, activation="gelu_tanh"),
+    # microsoft/torchscale's RetNet conventions (reference/mixserve_ref/torchscale.py maps its configs here)
+    "retnet_torchscale": dict(layers=[{"mixer": "retnet", "heads": 4, "value_dim": 64, "rope_style": "torchscale",
+                                       "group_norm": "rmsnorm", "decay_normalize": True, "gn_eps": 1e-6}] * 2,
+                              norm="rmsnorm", norm_eps=1e-6, ffn="glu", activation="gelu", bias=False,
+                              tie_embeddings=False, position="none"),
+    "glu_silu": dict(layers=[{"mixer": "attention", "heads": 2},
+                             {"mixer": "retnet", "heads": 2, "group_norm": "rmsnorm"}],
+                     norm="rmsnorm", ffn="glu", activation="silu", bias=True, embed_norm=True),
 })
 
 

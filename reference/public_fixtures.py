@@ -8,12 +8,13 @@ given:
 
   /usr/bin/python3 reference/public_fixtures.py [--fla PATH [--commit SHA]]
       [--performer PATH [--performer-commit SHA]] [--aft-pytorch PATH [--aft-pytorch-commit SHA]]
-      [--labml PATH [--labml-commit SHA]] [--out DIR]
+      [--labml PATH [--labml-commit SHA]] [--torchscale PATH [--torchscale-commit SHA]] [--out DIR]
 
   --fla          github.com/fla-org/flash-linear-attention   -> retention, linear_attn
   --performer    github.com/lucidrains/performer-pytorch     -> performer
   --aft-pytorch  github.com/rish-16/aft-pytorch              -> aft_full, aft_simple, aft_local_rish16
   --labml        github.com/labmlai/annotated_deep_learning_paper_implementations -> aft_local
+  --torchscale   github.com/microsoft/torchscale  -> retnet_torchscale, retnet_torchscale_tied
 
 A path may be an extracted snapshot without .git (`git archive | tar -x`); then give its commit.
 
@@ -31,6 +32,16 @@ sys.modules only while that file loads, and nothing of it runs unless said here:
   file under its package name.
 - aft-pytorch's aft_pytorch.py and labml_nn/transformers/aft/__init__.py import only torch (and
   typing): no stand-ins.
+- torchscale: the packages torchscale, torchscale.architecture, torchscale.component and
+  torchscale.component.xmoe are empty stand-ins (their __init__.py hold only a licence header)
+  into which the files RetNetDecoder needs are loaded from their paths under their own names, in
+  import order. Debian lacks three of their imports: fairscale.nn (architecture/retnet.py:
+  checkpoint_wrapper and wrap, called only with checkpoint_activations / fsdp, both false here;
+  the stand-ins raise if called), timm.models.layers (component/droppath.py: drop_path, called
+  only with drop_path_rate > 0, 0 here; raises) and einops (component/multihead_attention.py,
+  loaded because architecture/utils.py imports it for init_bert_params, which RetNetDecoder does
+  not call; its rearrange raises). xmoe's optional fairseq and tutel imports and the apex imports
+  of feedforward_network.py and multihead_attention.py are guarded by torchscale's own try/except.
 """
 import argparse
 import contextlib
@@ -98,10 +109,12 @@ def commit_of(repo):
         return "unknown (not a git checkout)"
 
 
-def write(out, op, tensors, provenance):
+def write(out, op, tensors, provenance, file="fixture.safetensors"):
+    """tests/golden_public/<op>/: the tensors in `file` and provenance.json (a model fixture keeps
+    its expected values in expected.safetensors beside its model directory)."""
     path = os.path.join(out, op)
     os.makedirs(path, exist_ok=True)
-    safetensors_io.save({k: v.contiguous() for k, v in tensors.items()}, os.path.join(path, "fixture.safetensors"))
+    safetensors_io.save({k: v.contiguous() for k, v in tensors.items()}, os.path.join(path, file))
     with open(os.path.join(path, "provenance.json"), "w") as f:
         json.dump(provenance, f, indent=1)
         f.write("\n")
@@ -261,11 +274,126 @@ def labml_fixtures(out, path, commit):
         "(labml initialises it to zeros); the Linear layers as nn.Linear initialises them under torch.manual_seed(34)"))
 
 
+# ---- torchscale: RetNetDecoder, parallel and recurrent, a whole model
+
+TORCHSCALE_FILES = (  # (module name, file), in the order their imports need them
+    ("torchscale.architecture.config", "torchscale/architecture/config.py"),
+    ("torchscale.component.rms_norm", "torchscale/component/rms_norm.py"),
+    ("torchscale.component.multiway_network", "torchscale/component/multiway_network.py"),
+    ("torchscale.component.multiscale_retention", "torchscale/component/multiscale_retention.py"),
+    ("torchscale.component.xmoe.global_groups", "torchscale/component/xmoe/global_groups.py"),
+    ("torchscale.component.feedforward_network", "torchscale/component/feedforward_network.py"),
+    ("torchscale.component.gate_linear_unit", "torchscale/component/gate_linear_unit.py"),
+    ("torchscale.component.xmoe.moe_layer", "torchscale/component/xmoe/moe_layer.py"),
+    ("torchscale.component.xmoe.routing", "torchscale/component/xmoe/routing.py"),
+    ("torchscale.component.droppath", "torchscale/component/droppath.py"),
+    ("torchscale.component.xpos_relative_position", "torchscale/component/xpos_relative_position.py"),
+    ("torchscale.component.flash_attention", "torchscale/component/flash_attention.py"),
+    ("torchscale.component.multihead_attention", "torchscale/component/multihead_attention.py"),
+    ("torchscale.architecture.utils", "torchscale/architecture/utils.py"),
+    ("torchscale.architecture.retnet", "torchscale/architecture/retnet.py"),
+)
+
+
+def load_torchscale(path):
+    """torchscale's config.py and retnet.py modules, loaded as the docstring says."""
+    packages = {}
+    for name in ("torchscale", "torchscale.architecture", "torchscale.component", "torchscale.component.xmoe"):
+        packages[name] = stand_in(name)
+        packages[name].__path__ = []  # a package for relative imports; nothing is found in it by search
+    missing = {"fairscale": stand_in("fairscale"),
+               "fairscale.nn": stand_in("fairscale.nn", checkpoint_wrapper=refuse("fairscale.nn.checkpoint_wrapper"),
+                                        wrap=refuse("fairscale.nn.wrap")),
+               "timm": stand_in("timm"), "timm.models": stand_in("timm.models"),
+               "timm.models.layers": stand_in("timm.models.layers", drop_path=refuse("timm drop_path")),
+               "einops": stand_in("einops", rearrange=refuse("einops.rearrange"))}
+    loaded = {}
+    with stand_ins({**packages, **missing}):
+        for name, file in TORCHSCALE_FILES:
+            loaded[name] = sys.modules[name] = load_file(os.path.join(path, file), name)
+        # the modules stay importable only while they load: drop them with the stand-ins
+        for name in loaded:
+            sys.modules.pop(name, None)
+    return loaded["torchscale.architecture.config"], loaded["torchscale.architecture.retnet"]
+
+
+def torchscale_decode(decoder, tokens, prompt_len=None):
+    """Token by token through torchscale's incremental_state protocol (RetNetDecoder.forward): one
+    dict, no "is_first_step", the whole prefix passed each time (forward_embedding keeps its last
+    token and the position is its length − 1). Logits [T, vocab] for tokens [1, T]; with prompt_len,
+    tokens after the prompt are replaced by the greedy picks (argmax of the previous row)."""
+    state, rows, tokens = {}, [], tokens.clone()
+    with torch.no_grad():
+        for t in range(tokens.shape[1]):
+            rows.append(decoder(tokens[:, :t + 1], incremental_state=state)[0][0, -1])
+            if prompt_len is not None and prompt_len <= t + 1 < tokens.shape[1]:
+                tokens[0, t + 1] = rows[-1].argmax()
+    return torch.stack(rows), tokens
+
+
+def torchscale_fixtures(out, path, commit):
+    config_py, retnet_py = load_torchscale(path)
+    prompt_len, n_greedy, vocab, d = 12, 8, 97, 32
+    base = dict(decoder_embed_dim=d, decoder_value_embed_dim=64, decoder_retention_heads=4, decoder_ffn_embed_dim=64,
+                decoder_layers=2, vocab_size=vocab, max_target_positions=64, activation_fn="gelu", dropout=0.0)
+    # The tied case also scales q_proj and k_proj by 4: with torchscale's initialisation every row of
+    # |scores| sums to < 0.25, so parallel_forward's clamp(min=1) never divides; ×4 makes it divide.
+    cases = (("retnet_torchscale", 41, base, 1.0),
+             ("retnet_torchscale_tied", 42, {**base, "activation_fn": "swish", "share_decoder_input_output_embed": True,
+                                             "layernorm_embedding": True, "no_scale_embedding": False}, 4.0))
+    for op, seed, kwargs, qk_gain in cases:
+        torch.manual_seed(seed)  # the modules' own initialisation (reset_parameters, nn.Linear, nn.Embedding)
+        decoder = retnet_py.RetNetDecoder(config_py.RetNetConfig(**kwargs), embed_tokens=torch.nn.Embedding(vocab, d))
+        decoder.eval()
+        with torch.no_grad():  # RMSNorm starts at ones, which would check nothing of its weights
+            for name, p in decoder.named_parameters():
+                if name.endswith(("layer_norm.weight", "layernorm_embedding.weight")):
+                    p.copy_(1.0 + 0.2 * torch.randn(p.shape))
+                elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                    p.mul_(qk_gain)
+        gen = torch.Generator().manual_seed(seed)
+        tokens = torch.zeros(1, prompt_len + n_greedy, dtype=torch.long)
+        tokens[0, :prompt_len] = torch.randint(0, vocab, (prompt_len,), generator=gen)
+        logits_recurrent, tokens = torchscale_decode(decoder, tokens, prompt_len)
+        with torch.no_grad():
+            logits_parallel = decoder(tokens)[0][0]
+        model_dir = os.path.join(out, op, "model")
+        os.makedirs(model_dir, exist_ok=True)
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump(kwargs, f, indent=1)
+            f.write("\n")
+        state = {k: v.detach().float().contiguous() for k, v in decoder.state_dict().items()}
+        safetensors_io.save(state, os.path.join(model_dir, "model.safetensors"))
+        expected = {"tokens": tokens[0].to(torch.int32), "logits_parallel": logits_parallel,
+                    "logits_recurrent": logits_recurrent, "greedy": tokens[0, prompt_len:].to(torch.int32)}
+        gap = (logits_parallel - logits_recurrent).abs().max().item() / logits_recurrent.abs().max().item()
+        files = [file for _, file in TORCHSCALE_FILES]
+        write(out, op, expected, source(
+            "https://github.com/microsoft/torchscale", commit, files[-1], {
+                "model": f"torch.manual_seed({seed}); RetNetDecoder(RetNetConfig(**model/config.json), "
+                         f"embed_tokens=nn.Embedding({vocab}, {d})).eval(); then every RMSNorm weight = "
+                         "1 + 0.2 N(0, 1) (global generator, in named_parameters order)"
+                         + (f", q_proj and k_proj weights × {qk_gain:g}" if qk_gain != 1 else ""),
+                "tokens": f"{prompt_len} ids from torch.Generator().manual_seed({seed}).randint, then the "
+                          f"{n_greedy} greedy ids",
+                "logits_recurrent": "row t = decoder(tokens[:, :t+1], incremental_state=state)[0][0, -1], one "
+                                    "state dict from {} (recurrent_forward)",
+                "greedy": f"greedy[i] = argmax logits_recurrent[{prompt_len - 1} + i], fed back as the next token",
+                "logits_parallel": "decoder(tokens)[0][0] (parallel_forward, incremental_state None)"},
+            "model/model.safetensors: decoder.state_dict() under torchscale's names, F32, buffers "
+            "(retnet_rel_pos.angle, .decay) included; tokens, greedy I32; logits_* [T, vocab]",
+            files=files, config=kwargs, parallel_vs_recurrent=f"max |diff| / max |logit| = {gap:.3g}",
+            stand_ins="fairscale.nn, timm.models.layers, einops: never called (see the script's docstring)"),
+            file="expected.safetensors")
+        print(f"{op}: parallel vs recurrent: max |diff| / max |logit| = {gap:.3g}")
+
+
 REPOS = (  # option, what to clone, what it writes
     ("fla", "commit", "github.com/fla-org/flash-linear-attention", fla_fixtures),
     ("performer", "performer_commit", "github.com/lucidrains/performer-pytorch", performer_fixtures),
     ("aft_pytorch", "aft_pytorch_commit", "github.com/rish-16/aft-pytorch", aft_pytorch_fixtures),
     ("labml", "labml_commit", "github.com/labmlai/annotated_deep_learning_paper_implementations", labml_fixtures),
+    ("torchscale", "torchscale_commit", "github.com/microsoft/torchscale", torchscale_fixtures),
 )
 
 

@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "engine/ffn.h"
-#include "engine/sequence_state.h"
 #include "engine/mixers/registry.h"
 #include "engine/positions.h"
+#include "engine/sequence_state.h"
 
 namespace mixserve {
 
@@ -18,8 +18,7 @@ namespace {
 class FormattedWeights : public WeightSource {
  public:
   FormattedWeights(const WeightSource& inner, WeightFormat format)
-      : inner_(inner),
-        format_(format == WeightFormat::kAuto ? inner.linear_format() : format) {}
+      : inner_(inner), format_(format == WeightFormat::kAuto ? inner.linear_format() : format) {}
   const float* get(const std::string& name) const override { return inner_.get(name); }
   bool has(const std::string& name) const override { return inner_.has(name); }
   WeightFormat linear_format() const override { return format_; }
@@ -33,8 +32,9 @@ class FormattedWeights : public WeightSource {
 CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& source,
                        const CpuBackendOptions& opts)
     : cfg_(cfg),
-      threads_(opts.threads > 0 ? opts.threads
-                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+      threads_(opts.threads > 0
+                   ? opts.threads
+                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
   const FormattedWeights w(source, opts.weights);
   const int64_t d = cfg.d_model;
   page_floats_ = opts.page_floats > 0 ? opts.page_floats : static_cast<int32_t>(d);
@@ -47,23 +47,27 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const WeightSource& source,
 
   embed_ = w.get("embed.weight");
   if (cfg.position == PositionKind::kLearned) pos_embed_ = w.get("pos_embed.weight");
-  if (cfg.position == PositionKind::kSinusoidal) sinusoid_ = sinusoidal_positions(cfg.max_seq_len, d);
+  if (cfg.position == PositionKind::kSinusoidal)
+    sinusoid_ = sinusoidal_positions(cfg.max_seq_len, d);
+  // A layer norm's bias; an RMS norm has none.
+  auto norm_bias = [&](const std::string& name) {
+    return cfg.norm == NormKind::kLayerNorm ? w.get(name + ".bias") : nullptr;
+  };
   if (cfg.embed_norm) {
     embed_norm_w_ = w.get("embed_norm.weight");
-    embed_norm_b_ = w.get("embed_norm.bias");
+    embed_norm_b_ = norm_bias("embed_norm");
   }
   for (int i = 0; i < cfg.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     const LayerConfig& lc = cfg.layers[i];
     layouts_.push_back(layer_state_layout(cfg, i));
     const int64_t ffn_offset = mixer_info(lc.kind).state(cfg, lc).fixed_floats;
-    layers_.push_back({w.get(p + "ln1.weight"), w.get(p + "ln1.bias"), w.get(p + "ln2.weight"),
-                       w.get(p + "ln2.bias"),
-                       mixer_info(lc.kind).make_cpu(cfg, lc, w, p + "mixer."),
+    layers_.push_back({w.get(p + "ln1.weight"), norm_bias(p + "ln1"), w.get(p + "ln2.weight"),
+                       norm_bias(p + "ln2"), mixer_info(lc.kind).make_cpu(cfg, lc, w, p + "mixer."),
                        make_cpu_ffn(cfg, w, p + "ffn.", ffn_offset)});
   }
   norm_f_w_ = w.get("norm_f.weight");
-  norm_f_b_ = w.get("norm_f.bias");
+  norm_f_b_ = norm_bias("norm_f");
   head_ = PackedWeight(cfg.tie_embeddings ? embed_ : w.get("head.weight"),
                        cfg.head_bias ? w.get("head.bias") : nullptr, cfg.vocab_size, d,
                        w.linear_format());
@@ -77,13 +81,14 @@ void CpuBackend::embed(const ForwardBatch& b, float* x) const {
       if (tok < 0 || tok >= cfg_.vocab_size) throw std::out_of_range("token id out of range");
       if (pos >= cfg_.max_seq_len) throw std::out_of_range("position exceeds max_seq_len");
       const float* e = embed_ + static_cast<int64_t>(tok) * d;
-      const float* p = pos_embed_ ? pos_embed_ + static_cast<int64_t>(pos) * d
+      const float* p = pos_embed_          ? pos_embed_ + static_cast<int64_t>(pos) * d
                        : sinusoid_.empty() ? nullptr
                                            : sinusoid_.data() + static_cast<int64_t>(pos) * d;
       float* xr = x + static_cast<int64_t>(r) * d;
       for (int64_t i = 0; i < d; ++i) xr[i] = cfg_.embed_scale * e[i] + (p ? p[i] : 0.0f);
     }
-  if (cfg_.embed_norm) layer_norm(x, b.tokens.size(), d, embed_norm_w_, embed_norm_b_, cfg_.norm_eps, x);
+  if (cfg_.embed_norm)
+    normalize(cfg_.norm, x, b.tokens.size(), d, embed_norm_w_, embed_norm_b_, cfg_.norm_eps, x);
 }
 
 void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
@@ -104,12 +109,13 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
                   layouts_[l].fixed_floats};
     }
     Layer& L = layers_[l];
-    layer_norm(x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());
+    normalize(cfg_.norm, x_.data(), rows, d, L.ln1_w, L.ln1_b, cfg_.norm_eps, xn_.data());
     const auto t0 = std::chrono::steady_clock::now();
     L.mixer->forward(sb, xn_.data(), y_.data(), ctx);
-    mixer_seconds_[l] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    mixer_seconds_[l] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int64_t i = 0; i < rows * d; ++i) x_[i] += y_[i];
-    layer_norm(x_.data(), rows, d, L.ln2_w, L.ln2_b, cfg_.norm_eps, xn_.data());
+    normalize(cfg_.norm, x_.data(), rows, d, L.ln2_w, L.ln2_b, cfg_.norm_eps, xn_.data());
     L.ffn->forward(sb, xn_.data(), y_.data(), ctx);
     for (int64_t i = 0; i < rows * d; ++i) x_[i] += y_[i];
   }
@@ -124,7 +130,7 @@ void CpuBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
     out_rows = n_seq;
   }
   xn_.resize(std::max<int64_t>(out_rows, 1) * d);
-  layer_norm(src, out_rows, d, norm_f_w_, norm_f_b_, cfg_.norm_eps, xn_.data());
+  normalize(cfg_.norm, src, out_rows, d, norm_f_w_, norm_f_b_, cfg_.norm_eps, xn_.data());
   logits.resize(out_rows * cfg_.vocab_size);
   head_.multiply(xn_.data(), out_rows, logits.data(), ctx.pool);
 }

@@ -1,5 +1,7 @@
 #include "engine/cpu/load_linear.h"
 
+#include "engine/model_weights.h"
+
 namespace mixserve {
 
 PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t out, int64_t in,
@@ -10,17 +12,17 @@ PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t
 
 PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
                         const std::vector<std::string>& names, int64_t out, int64_t in, bool bias) {
-  std::vector<float> weight, b;
-  for (const std::string& n : names) {
-    const float* part = w.get(prefix + n + ".weight");
-    weight.insert(weight.end(), part, part + out * in);
-    if (bias) {
-      const float* pb = w.get(prefix + n + ".bias");
-      b.insert(b.end(), pb, pb + out);
-    }
-  }
-  return PackedWeight(weight.data(), bias ? b.data() : nullptr,
-                      out * static_cast<int64_t>(names.size()), in, w.linear_format());
+  std::vector<std::pair<std::string, int64_t>> parts;
+  for (const std::string& n : names) parts.emplace_back(n, out);
+  return load_fused(w, prefix, parts, in, bias);
+}
+
+PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
+                        const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in,
+                        bool bias) {
+  const StackedProjections s = stack_projections(w, prefix, parts, in, bias);
+  return PackedWeight(s.weight.data(), bias ? s.bias.data() : nullptr, s.out, in,
+                      w.linear_format());
 }
 
 }  // namespace mixserve

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/gemm.h"
@@ -18,5 +19,9 @@ PackedWeight load_linear(const WeightSource& w, const std::string& name, int64_t
 // come out of one GEMM (output columns in the order of names).
 PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
                         const std::vector<std::string>& names, int64_t out, int64_t in, bool bias);
+// The same with each projection's own output width ({name, out}).
+PackedWeight load_fused(const WeightSource& w, const std::string& prefix,
+                        const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in,
+                        bool bias);
 
 }  // namespace mixserve

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model_config.h"
+
 namespace mixserve {
 
 // Σ term(i) over [0, n) in Acc, in a fixed order that vectorises: term i goes to lane i % 8, then
@@ -23,8 +25,13 @@ __attribute__((always_inline)) inline Acc sum_in_lanes(int64_t n, Term term) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps,
-                float* y);
+// Each row normalised over d (statistics in double), then y = v·w + b where w is given (b may be
+// null): layer norm v = (x − mean)/√(var + eps), or RMS norm v = x/√(mean(x²) + eps) (torchscale's
+// RMSNorm; b is null for it).
+void normalize(NormKind kind, const float* x, int64_t rows, int64_t d, const float* w,
+               const float* b, float eps, float* y);
+// Activation in place (config `activation`); elementwise, so no result depends on the batch.
+void activate(Activation act, float* x, int64_t n);
 
 inline float sigmoid(float x) {
   return 1.0f / (1.0f + __builtin_expf(-x));

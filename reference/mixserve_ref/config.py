@@ -68,12 +68,12 @@ class ModelConfig:
             raise ConfigError(f"n_layers is {self.n_layers} but layers has {len(self.layers)} entries")
         if self.position not in ("learned", "sinusoidal", "none"):
             raise ConfigError(f"position must be learned, sinusoidal or none, got {self.position!r}")
-        if self.norm != "layernorm":
-            raise ConfigError(f"norm must be layernorm, got {self.norm!r}")
-        if self.activation not in ("relu", "gelu_tanh"):
-            raise ConfigError(f"activation must be relu or gelu_tanh, got {self.activation!r}")
-        if self.ffn not in ("mlp", "rwkv_channel_mix"):
-            raise ConfigError(f"ffn must be mlp or rwkv_channel_mix, got {self.ffn!r}")
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ConfigError(f"norm must be layernorm or rmsnorm, got {self.norm!r}")
+        if self.activation not in ("relu", "gelu_tanh", "gelu", "silu"):
+            raise ConfigError(f"activation must be relu, gelu_tanh, gelu or silu, got {self.activation!r}")
+        if self.ffn not in ("mlp", "rwkv_channel_mix", "glu"):
+            raise ConfigError(f"ffn must be mlp, rwkv_channel_mix or glu, got {self.ffn!r}")
         if self.position == "sinusoidal" and self.d_model % 2:
             raise ConfigError("sinusoidal positions need an even d_model")
         for i, l in enumerate(self.layers):
@@ -89,12 +89,27 @@ class ModelConfig:
                     raise ConfigError(f"layers[{i}].window={w} must be in [1, max_seq_len={self.max_seq_len}]")
             if "features" in l and (not isinstance(l["features"], int) or l["features"] <= 0):
                 raise ConfigError(f"layers[{i}].features must be a positive integer")
+            dv = l.get("value_dim")
+            if dv is not None and (not isinstance(dv, int) or dv <= 0 or dv % l["heads"]):
+                raise ConfigError(f"layers[{i}].value_dim={dv!r} must be a positive multiple of heads={l['heads']}")
+            if l.get("rope_style", "half") not in ("half", "torchscale"):
+                raise ConfigError(f"layers[{i}].rope_style must be half or torchscale, got {l['rope_style']!r}")
+            if l.get("group_norm", "layernorm") not in ("layernorm", "rmsnorm"):
+                raise ConfigError(f"layers[{i}].group_norm must be layernorm or rmsnorm, got {l['group_norm']!r}")
+            if not isinstance(l.get("decay_normalize", False), bool):
+                raise ConfigError(f"layers[{i}].decay_normalize must be true or false")
 
     def head_dim(self, i):
         return self.d_model // self.layers[i].get("heads", 1)
 
     def to_dict(self):
-        return asdict(self)
+        d = asdict(self)
+        # a mixer's quiet params at their default are left out, so that models written before
+        # those params existed are written as they were
+        d["layers"] = [{k: v for k, v in l.items()
+                        if not (k in _TABLE[l["mixer"]].quiet_params and v == MIXER_PARAMS[l["mixer"]][k])}
+                       for l in self.layers]
+        return d
 
     @classmethod
     def from_dict(cls, d):

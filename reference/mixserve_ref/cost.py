@@ -39,11 +39,38 @@ def gelu_tanh(size):
 GELU_PATH = "mul-mul-mul-cum-mul-mul-exp-cum-div-cum-mul"
 
 
-def mlp_cost(d, hidden, activation="relu"):
-    c = vec_mat(d, hidden) + vec_mat(hidden, d)  # relu is a comparison: not counted
+def activation_cost(activation, size):
+    """An activation on `size` elements, with its own path ("" for relu, a comparison).
+    gelu (exact) as written, 0.5 x (1 + erf(x/√2)): x/√2 1 mul, erf 1 exp (one transcendental
+    evaluation, counted like e^x), 1 + 1 add, x·(…) 1 mul, 0.5· 1 mul.
+    silu = x σ(x): σ 1 exp + 1 add + 1 div, the product 1 mul."""
+    if activation == "relu":
+        return Cost()
     if activation == "gelu_tanh":
-        return (c + gelu_tanh(hidden)).with_path("mul-cum-" + GELU_PATH + "-mul-cum")
-    return c.with_path("mul-cum-mul-cum")
+        return gelu_tanh(size).with_path(GELU_PATH)
+    if activation == "gelu":
+        return Cost(mul=3 * size, add=size, exp=size, critical_path="mul-exp-cum-mul-mul")
+    if activation == "silu":
+        return (sigmoid(size) + Cost(mul=size)).with_path("exp-cum-div-mul")
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+def _then(*paths):
+    return "-".join(p for p in paths if p)
+
+
+def mlp_cost(d, hidden, activation="relu"):
+    act = activation_cost(activation, hidden)
+    c = vec_mat(d, hidden) + vec_mat(hidden, d) + act
+    return c.with_path(_then("mul-cum", act.critical_path, "mul-cum"))
+
+
+def glu_cost(d, hidden, activation="relu"):
+    """fc2(act(fc1 x) ⊙ gate x): fc1 and gate side by side (the path goes through fc1 and the
+    activation), the product c mul, fc2."""
+    act = activation_cost(activation, hidden)
+    c = 2 * vec_mat(d, hidden) + act + Cost(mul=hidden) + vec_mat(hidden, d)
+    return c.with_path(_then("mul-cum", act.critical_path, "mul", "mul-cum"))
 
 
 def rwkv_channel_mix_cost(d, hidden):
@@ -63,6 +90,8 @@ def ffn_token_cost(ffn, d, hidden, activation="relu"):
         return mlp_cost(d, hidden, activation)
     if ffn == "rwkv_channel_mix":
         return rwkv_channel_mix_cost(d, hidden)
+    if ffn == "glu":
+        return glu_cost(d, hidden, activation)
     raise ValueError(f"unknown ffn {ffn!r}")
 
 
@@ -177,6 +206,7 @@ def main():
             print(f"{name:18s} {t:4d} {c.mul:11,d} {c.add:11,d} {c.div:7,d} {c.exp:7,d} {c.depth:5d}  "
                   f"{c.critical_path if t == positions[0] else ''}")
     for name, ffn, act in (("mlp (relu)", "mlp", "relu"), ("mlp (gelu_tanh)", "mlp", "gelu_tanh"),
+                           ("mlp (gelu)", "mlp", "gelu"), ("glu (silu)", "glu", "silu"),
                            ("rwkv_channel_mix", "rwkv_channel_mix", "relu")):
         c = ffn_token_cost(ffn, d, args.c, act)
         print(f"{name:18s} {'any':>4s} {c.mul:11,d} {c.add:11,d} {c.div:7,d} {c.exp:7,d} {c.depth:5d}  "

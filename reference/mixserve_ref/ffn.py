@@ -1,4 +1,5 @@
-"""The two FFNs of DESIGN §4: `mlp` and RWKV-4's `rwkv_channel_mix` (which has a token-shift state)."""
+"""The FFNs: DESIGN §4's `mlp` and RWKV-4's `rwkv_channel_mix` (which has a token-shift state), and
+torchscale's gated `glu` (component/gate_linear_unit.py)."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -7,12 +8,27 @@ from .mixers.common import linear
 from .mixers.rwkv import lerp, token_shift
 
 
+def _at_least_float32(f):
+    """torchscale applies its activations to x.float(): half-precision inputs in float32."""
+    def act(x):
+        return f(x.float()).to(x.dtype) if x.dtype in (torch.float16, torch.bfloat16) else f(x)
+    return act
+
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's gelu_new
+    "gelu": _at_least_float32(F.gelu),                     # exact: 0.5 x (1 + erf(x/√2))
+    "silu": _at_least_float32(F.silu),                     # x σ(x), torchscale's "swish"
+}
+
+
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.fc1 = linear(cfg, cfg.d_model, cfg.ffn_dim)
         self.fc2 = linear(cfg, cfg.ffn_dim, cfg.d_model)
-        self.act = F.relu if cfg.activation == "relu" else (lambda x: F.gelu(x, approximate="tanh"))
+        self.act = ACTIVATIONS[cfg.activation]
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
@@ -52,5 +68,25 @@ class RwkvChannelMix(nn.Module):
         return y
 
 
+class GLU(nn.Module):
+    """y = fc2(act(fc1 x) ⊙ gate x): torchscale's GLU, biases when `bias` is set."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc1 = linear(cfg, cfg.d_model, cfg.ffn_dim)
+        self.gate = linear(cfg, cfg.d_model, cfg.ffn_dim)
+        self.fc2 = linear(cfg, cfg.ffn_dim, cfg.d_model)
+        self.act = ACTIVATIONS[cfg.activation]
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)) * self.gate(x))
+
+    def init_state(self, B, device):
+        return {}
+
+    def step(self, x, state):
+        return self.forward(x)
+
+
 def make_ffn(cfg):
-    return MLP(cfg) if cfg.ffn == "mlp" else RwkvChannelMix(cfg)
+    return {"mlp": MLP, "rwkv_channel_mix": RwkvChannelMix, "glu": GLU}[cfg.ffn](cfg)

@@ -15,6 +15,7 @@ from . import safetensors_io
 from .config import ModelConfig
 from .ffn import make_ffn
 from .mixers import make_mixer
+from .mixers.common import rms_norm
 
 
 def sinusoidal_positions(T, d):
@@ -25,12 +26,31 @@ def sinusoidal_positions(T, d):
     return pe.float()
 
 
+class RMSNorm(nn.Module):
+    """y = x (mean(x²) + ε)^{−1/2} · weight (torchscale's RMSNorm): no mean, no bias."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return rms_norm(x, self.eps) * self.weight
+
+
+def make_norm(cfg):
+    """Every norm of the model is config.json's `norm`: ln1, ln2, norm_f, embed_norm."""
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.d_model, cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
 class Layer(nn.Module):
     def __init__(self, cfg, i, dropout):
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln1 = make_norm(cfg)
         self.mixer = make_mixer(cfg, cfg.layers[i])
-        self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln2 = make_norm(cfg)
         self.ffn = make_ffn(cfg)
         self.drop = nn.Dropout(dropout)
 
@@ -69,9 +89,9 @@ class Model(nn.Module):
         elif cfg.position == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.max_seq_len, d), persistent=False)
         if cfg.embed_norm:
-            self.embed_norm = nn.LayerNorm(d, eps=cfg.norm_eps)
+            self.embed_norm = make_norm(cfg)
         self.layers = nn.ModuleList(Layer(cfg, i, dropout) for i in range(cfg.n_layers))
-        self.norm_f = nn.LayerNorm(d, eps=cfg.norm_eps)
+        self.norm_f = make_norm(cfg)
         self.head = Head(cfg)
         self.drop = nn.Dropout(dropout)
         self.reset_parameters(init_std)
@@ -143,8 +163,14 @@ class Model(nn.Module):
     @classmethod
     def load_dir(cls, path, device="cpu"):
         cfg = ModelConfig.load(os.path.join(path, "config.json"))
-        model = cls(cfg)
         tensors, _ = safetensors_io.load(os.path.join(path, "model.safetensors"))
+        return cls.from_tensors(cfg, tensors, path).to(device)
+
+    @classmethod
+    def from_tensors(cls, cfg, tensors, path):
+        """A model (eval mode) holding exactly `tensors`, named and shaped as docs/model-format.md
+        says; `path` names them in errors."""
+        model = cls(cfg)
         expected = model.state_dict()
         missing, unexpected = set(expected) - set(tensors), set(tensors) - set(expected)
         if missing or unexpected:
@@ -153,4 +179,4 @@ class Model(nn.Module):
             if tuple(v.shape) != tuple(expected[k].shape):
                 raise ValueError(f"{path}: tensor {k} has shape {list(v.shape)}, expected {list(expected[k].shape)}")
         model.load_state_dict({k: v.float() for k, v in tensors.items()})
-        return model.to(device).eval()
+        return model.eval()

@@ -164,6 +164,30 @@ def test_derived_closed_forms(d, n, t):
             4 * d * d + 4 * d + 4 * M * h + 3 * M + 2 * n, 4 * d * d - 3 * d + 4 * M * h + 2 * M - 2 * n, d, 2 * M)
 
 
+@pytest.mark.parametrize("d,n,dv", [(8, 1, 8), (16, 4, 32), (32, 4, 64), (64, 8, 24)])
+def test_retnet_torchscale_switches(d, n, dv):
+    """value_dim (m = dv/n per head), the RMS group norm and the decay scale (docs/cost-model.md)."""
+    h, m = d // n, dv // n
+    layer = {"mixer": "retnet", "heads": n, "value_dim": dv}
+    # projections, RoPE, γS + kᵀv + qS, group norm (2m mul, 3m − 1 add per head), swish, gate
+    base = (2 * d * d + 3 * d * dv + 4 * d + 3 * n * h * m + 2 * dv + 2 * dv,
+            2 * (d - 1) * d + 2 * (d - 1) * dv + (dv - 1) * d + 2 * d + n * h * m + n * (h - 1) * m
+            + n * (3 * m - 1) + dv,
+            d + 2 * n + dv, n + dv)
+    assert counts(token_cost(layer, d, 5)) == base
+    rms = token_cost({**layer, "group_norm": "rmsnorm"}, d, 5)  # per head: m − 1 + 1 add, 1 div
+    assert counts(rms) == (base[0], base[1] - n * (3 * m - 1) + n * m, d + n + dv, n + dv)
+    scaled = token_cost({**layer, "group_norm": "rmsnorm", "decay_normalize": True}, d, 5)
+    assert counts(scaled) == (base[0] + dv,) + counts(rms)[1:]
+    assert rms.critical_path == "mul-cum-mul-cum-div-mul-cum-mul-cum-mul-cum-div-cum-exp-mul-mul-mul-cum"
+    assert scaled.critical_path == "mul-cum-mul-cum-div-mul-cum-mul-cum-mul-mul-cum-div-cum-exp-mul-mul-mul-cum"
+    assert param_count(layer, d, 10) == 2 * d * d + 3 * d * dv
+    # the defaults are the plain retnet, and value_dim = d is value_dim left out
+    assert token_cost({"mixer": "retnet", "heads": n, "value_dim": d, "rope_style": "torchscale"}, d, 5) == token_cost(
+        {"mixer": "retnet", "heads": n}, d, 5)
+    assert param_count({"mixer": "retnet", "heads": n}, d, 10) == 5 * d * d
+
+
 def test_performer_features_default_to_the_head_size():
     assert token_cost({"mixer": "performer", "heads": 4}, 32, 1) == token_cost(
         {"mixer": "performer", "heads": 4, "features": 8}, 32, 1)
@@ -240,6 +264,15 @@ def test_ffn_costs():
         d * d + 2 * d * c + c + 5 * d, d * d + 2 * d * c - c + d, d, d)
     with pytest.raises(ValueError):
         ffn_token_cost("moe", d, c)
+    gelu = ffn_token_cost("mlp", d, c, "gelu")  # 0.5 x (1 + erf(x/√2)): 3 mul, 1 add, erf as 1 exp
+    assert counts(gelu) == (2 * d * c + 3 * c, (d - 1) * c + (c - 1) * d + c, 0, c)
+    assert gelu.critical_path == "mul-cum-mul-exp-cum-mul-mul-mul-cum"
+    silu = ffn_token_cost("mlp", d, c, "silu")  # x σ(x)
+    assert counts(silu) == (2 * d * c + c, (d - 1) * c + (c - 1) * d + c, c, c)
+    glu = ffn_token_cost("glu", d, c, "silu")  # fc1, gate, silu, ⊙, fc2
+    assert counts(glu) == (3 * d * c + 2 * c, 2 * (d - 1) * c + (c - 1) * d + c, c, c)
+    assert glu.critical_path == "mul-cum-exp-cum-div-mul-mul-mul-cum"
+    assert ffn_token_cost("glu", d, c, "relu").critical_path == "mul-cum-mul-mul-cum"
 
 
 def test_model_token_cost_sums_the_layers():

@@ -43,6 +43,16 @@ class FastStepEqualsStep(unittest.TestCase):
                 self.check([kind], 100, d=32, position="sinusoidal", activation="gelu_tanh", bias=False,
                            tie_embeddings=False)
 
+    def test_torchscale_conventions(self):
+        """RetNet's value_dim, pair RoPE, RMS group norm and decay scale; RMS norms; the GLU."""
+        retnet = {"mixer": "retnet", "heads": 4, "value_dim": 64, "rope_style": "torchscale", "group_norm": "rmsnorm",
+                  "decay_normalize": True, "gn_eps": 1e-6}
+        for activation in ("gelu", "silu"):
+            with self.subTest(activation=activation):
+                self.check(["retnet", "attention"], 5, d=32, layers=[retnet, {"mixer": "attention", "heads": 2}],
+                           norm="rmsnorm", norm_eps=1e-6, ffn="glu", activation=activation, embed_norm=True)
+        self.check(["retnet"], 6, layers=[{"mixer": "retnet", "heads": 2, "value_dim": 8}], activation="gelu")
+
     def test_hybrid_batch_one(self):
         self.check(["attention", "aft_local", "she", "rwkv", "performer"], 7, batch=1, position="none",
                    embed_norm=True)

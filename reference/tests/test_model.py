@@ -1,4 +1,5 @@
 """Parallel (training) form == recurrent (decode) form for every mixer and hybrids, in float32."""
+import math
 import os
 import sys
 import tempfile
@@ -98,6 +99,110 @@ class ParallelEqualsRecurrent(unittest.TestCase):
             self.assertEqual((model(tokens)[0, -1] - model(other)[0, -1]).abs().max().item(), 0.0)
 
 
+TORCHSCALE_RETNET = {"mixer": "retnet", "heads": 2, "value_dim": 24, "rope_style": "torchscale",
+                     "group_norm": "rmsnorm", "decay_normalize": True, "gn_eps": 1e-6}
+
+
+class TorchscaleConventions(unittest.TestCase):
+    """The switches of docs/mixers.md ("RetNet as torchscale writes it"): each form agrees with the
+    other, and each switch computes the formula docs/model-format.md gives."""
+
+    def model(self, layers, seed=0, **kw):
+        gen = torch.Generator().manual_seed(seed)
+        cfg = ModelConfig(vocab_size=23, d_model=16, n_layers=len(layers), ffn_dim=20, max_seq_len=24,
+                          layers=layers, **kw)
+        torch.manual_seed(seed)
+        return randomize(Model(cfg), gen).double(), gen
+
+    def test_parallel_equals_recurrent_in_float64(self):
+        for i, (layers, kw) in enumerate([
+                ([TORCHSCALE_RETNET] * 2, dict(norm="rmsnorm", ffn="glu", activation="gelu", bias=False,
+                                               position="none", tie_embeddings=False)),
+                ([{"mixer": "attention", "heads": 2}, {"mixer": "retnet", "heads": 4, "group_norm": "rmsnorm"}],
+                 dict(norm="rmsnorm", ffn="glu", activation="silu", embed_norm=True)),
+                ([{"mixer": "retnet", "heads": 1, "value_dim": 8, "decay_normalize": True}], dict(activation="gelu"))]):
+            model, gen = self.model(layers, seed=i)
+            tokens = torch.randint(0, 23, (2, 20), generator=gen)
+            par, rec, states = run_both(model, tokens)
+            self.assertLess((par - rec).abs().max().item(), 1e-9, layers)
+            self.assertGreater(par.std().item(), 0.1)
+            last = layers[-1]
+            if last.get("value_dim"):  # S is [B, n, h, m]: keys h = d/n, values m = value_dim/n
+                n = last["heads"]
+                self.assertEqual(tuple(states[-1]["mixer"]["S"].shape), (2, n, 16 // n, last["value_dim"] // n))
+
+    def test_torchscale_rope_rotates_pairs(self):
+        from mixserve_ref.mixers.common import apply_rope, rope_angles
+        h, base = 8, 10000.0
+        x = torch.randn(3, 5, h, dtype=torch.float64)
+        pos = torch.arange(3)
+        cos, sin = rope_angles(pos, h, base, "torchscale")
+        got = apply_rope(x, cos.double()[:, None], sin.double()[:, None], "torchscale").transpose(0, 1)
+        theta = [base ** (-i / (h // 2 - 1)) for i in range(h // 2)]
+        for p in range(3):
+            for i in range(h // 2):
+                a = p * theta[i]
+                c, s = math.cos(a), math.sin(a)
+                x0, x1 = x[p, :, 2 * i], x[p, :, 2 * i + 1]
+                torch.testing.assert_close(got[:, p, 2 * i], x0 * c - x1 * s, atol=1e-6, rtol=0)
+                torch.testing.assert_close(got[:, p, 2 * i + 1], x1 * c + x0 * s, atol=1e-6, rtol=0)
+        cos, sin = rope_angles(torch.tensor([5]), 2, base, "torchscale")  # one pair: θ = 1
+        torch.testing.assert_close(cos, torch.full((1, 2), math.cos(5.0)))
+
+    def test_rmsnorm_and_glu(self):
+        model, gen = self.model([{"mixer": "retnet", "heads": 2}], norm="rmsnorm", ffn="glu", activation="silu",
+                                embed_norm=True)
+        names = set(model.state_dict())
+        for norm in ("layers.0.ln1", "layers.0.ln2", "norm_f", "embed_norm"):
+            self.assertIn(norm + ".weight", names)
+            self.assertNotIn(norm + ".bias", names)
+        self.assertEqual({n for n in names if ".ffn." in n}, {f"layers.0.ffn.{p}.{w}" for p in ("fc1", "gate", "fc2")
+                                                              for w in ("weight", "bias")})
+        x = torch.randn(4, 16, dtype=torch.float64, generator=gen)
+        ln = model.layers[0].ln1
+        torch.testing.assert_close(ln(x), x / (x.pow(2).mean(-1, keepdim=True) + model.cfg.norm_eps).sqrt() * ln.weight)
+        f = model.layers[0].ffn
+        silu = lambda z: z * torch.sigmoid(z)  # noqa: E731
+        torch.testing.assert_close(f(x), f.fc2(silu(f.fc1(x)) * f.gate(x)))
+        self.assertGreater((ln.weight - 1).abs().min().item(), 0)  # randomize gives the gains values
+        self.assertGreater(f.gate.bias.abs().min().item(), 0)
+
+    def test_decay_normalize_divides_o_before_the_group_norm(self):
+        """With gn_eps 0 the RMS group norm undoes any positive scale of a head's o: the switch
+        then changes nothing; with the eps it does, and exactly as o ÷ √(Σ_{j≤t} γ^j) would."""
+        layer = dict(TORCHSCALE_RETNET, gn_eps=0.0)
+        on, gen = self.model([layer], seed=3)
+        off, _ = self.model([dict(layer, decay_normalize=False)], seed=3)
+        tokens = torch.randint(0, 23, (1, 20), generator=gen)
+        with torch.no_grad():
+            self.assertLess((on(tokens) - off(tokens)).abs().max().item(), 1e-9)
+        layer = dict(TORCHSCALE_RETNET, gn_eps=1e-2)
+        on, _ = self.model([layer], seed=3)
+        off, _ = self.model([dict(layer, decay_normalize=False)], seed=3)
+        with torch.no_grad():
+            self.assertGreater((on(tokens) - off(tokens)).abs().max().item(), 1e-4)
+            mixer, x = on.layers[0].mixer, torch.randn(1, 20, 16, dtype=torch.float64, generator=gen)
+            from mixserve_ref.mixers.retnet import retention
+            q, k, v = mixer._qkv(x, torch.arange(20))
+            o = retention(q, k, v, mixer.gamma)
+            gamma = mixer.gamma[:, None]
+            scale = torch.stack([(gamma ** torch.arange(t + 1)).sum(-1) for t in range(20)], -1)  # [n, T]
+            o = o / scale.sqrt()[None, :, :, None]
+            o = o / (o.pow(2).mean(-1, keepdim=True) + 1e-2).sqrt()
+            want = mixer.o(torch.nn.functional.silu(mixer.g(x)) * o.transpose(1, 2).reshape(1, 20, 24))
+            torch.testing.assert_close(mixer(x), want)
+
+    def test_new_keys_are_written_only_when_set(self):
+        """Models written before value_dim, rope_style, group_norm, decay_normalize existed are
+        written byte for byte as before; set, they are written and read back."""
+        base = dict(vocab_size=10, d_model=8, n_layers=1, ffn_dim=16, max_seq_len=8)
+        plain = ModelConfig(layers=[{"mixer": "retnet", "heads": 2}], **base).to_dict()["layers"][0]
+        self.assertEqual(plain, {"mixer": "retnet", "heads": 2, "rope_base": 10000.0, "gn_eps": 1e-5})
+        cfg = ModelConfig(layers=[dict(TORCHSCALE_RETNET, value_dim=4)], **base)
+        self.assertEqual(ModelConfig.from_dict(cfg.to_dict()), cfg)
+        self.assertEqual(cfg.to_dict()["layers"][0]["rope_style"], "torchscale")
+
+
 class Format(unittest.TestCase):
     def test_save_load_roundtrip(self):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -127,9 +232,17 @@ class Format(unittest.TestCase):
                             ([{"mixer": "attention", "heads": 3}], "must divide"),
                             ([{"mixer": "she", "window": 9}], "window"),
                             ([{"mixer": "me", "typo": 1}], "unknown keys"),
+                            ([{"mixer": "retnet", "heads": 2, "value_dim": 5}], "value_dim"),
+                            ([{"mixer": "retnet", "value_dim": 0}], "value_dim"),
+                            ([{"mixer": "retnet", "rope_style": "pairs"}], "rope_style"),
+                            ([{"mixer": "retnet", "group_norm": "batchnorm"}], "group_norm"),
+                            ([{"mixer": "retnet", "decay_normalize": 1}], "decay_normalize"),
                             ([], "n_layers")]:
             with self.subTest(msg=msg), self.assertRaisesRegex(ConfigError, msg):
                 ModelConfig(layers=layers, **base)
+        for key, value in (("norm", "batchnorm"), ("activation", "tanh"), ("ffn", "swiglu")):
+            with self.subTest(key=key), self.assertRaisesRegex(ConfigError, key):
+                ModelConfig(layers=[{"mixer": "me"}], **base, **{key: value})
 
 
 if __name__ == "__main__":

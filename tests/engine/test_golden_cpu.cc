@@ -180,8 +180,14 @@ TEST_P(QuantizedCpu, DecodeEqualsPrefillAndRowsDoNotDependOnTheBatch) {
     err2 += (logits[i] - want[i]) * double{logits[i] - want[i]};
     norm2 += want[i] * double{want[i]};
   }
-  EXPECT_LT(std::sqrt(err2 / norm2), format == WeightFormat::kInt8 ? 0.025 : 0.35)
-      << "relative error of the prefill logits";
+  // retnet_torchscale's random weights make it far more sensitive: the reference in float64 with
+  // its projections rounded per row to the int8 / int4 grids moves its logits by 0.054 / 0.64
+  // (2026-11-27; the other fixtures 0.012 / 0.17–0.19), and this backend's groups give 0.034 /
+  // 0.75, so its bounds are wider; the dequantization it runs is the one the others check.
+  const bool sensitive = name == "retnet_torchscale";
+  const double bound =
+      format == WeightFormat::kInt8 ? (sensitive ? 0.08 : 0.025) : (sensitive ? 1.0 : 0.35);
+  EXPECT_LT(std::sqrt(err2 / norm2), bound) << "relative error of the prefill logits";
   run.alloc.release(seq);
 }
 

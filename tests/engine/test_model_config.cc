@@ -53,7 +53,7 @@ TEST(ModelConfig, ParsesEveryKeyAndMixer) {
                   {"max_seq_len", 128},
                   {"position", "sinusoidal"},
                   {"embed_scale", 11.25},
-                  {"norm", "layernorm"},
+                  {"norm", "rmsnorm"},
                   {"norm_eps", 1e-6},
                   {"activation", "gelu_tanh"},
                   {"ffn", "rwkv_channel_mix"},
@@ -68,7 +68,14 @@ TEST(ModelConfig, ParsesEveryKeyAndMixer) {
                     {{"mixer", "aft_simple"}},
                     {{"mixer", "aft_local"}, {"window", 16}},
                     {{"mixer", "aft_full"}},
-                    {{"mixer", "retnet"}, {"heads", 8}, {"rope_base", 10000}, {"gn_eps", 1e-6}},
+                    {{"mixer", "retnet"},
+                     {"heads", 8},
+                     {"rope_base", 10000},
+                     {"gn_eps", 1e-6},
+                     {"value_dim", 256},
+                     {"rope_style", "torchscale"},
+                     {"group_norm", "rmsnorm"},
+                     {"decay_normalize", true}},
                     {{"mixer", "she"}, {"window", 32}, {"out_proj", false}},
                     {{"mixer", "he"}, {"window", 1}},
                     {{"mixer", "we"}, {"window", 128}},
@@ -84,6 +91,7 @@ TEST(ModelConfig, ParsesEveryKeyAndMixer) {
   EXPECT_EQ(c.max_seq_len, 128);
   EXPECT_EQ(c.position, PositionKind::kSinusoidal);
   EXPECT_EQ(c.embed_scale, 11.25f);
+  EXPECT_EQ(c.norm, NormKind::kRmsNorm);
   EXPECT_EQ(c.norm_eps, 1e-6f);
   EXPECT_EQ(c.activation, Activation::kGeluTanh);
   EXPECT_EQ(c.ffn, FfnKind::kRwkvChannelMix);
@@ -103,6 +111,10 @@ TEST(ModelConfig, ParsesEveryKeyAndMixer) {
   EXPECT_EQ(c.layers[2].window, 16);
   EXPECT_EQ(c.layers[4].heads, 8);
   EXPECT_EQ(c.layers[4].gn_eps, 1e-6f);
+  EXPECT_EQ(c.layers[4].value_dim, 256);
+  EXPECT_EQ(c.layers[4].rope_style, RopeStyle::kTorchscale);
+  EXPECT_EQ(c.layers[4].group_norm, NormKind::kRmsNorm);
+  EXPECT_TRUE(c.layers[4].decay_normalize);
   EXPECT_FALSE(c.layers[5].out_proj);
   EXPECT_EQ(c.layers[5].window, 32);
   EXPECT_EQ(c.layers[6].window, 1);
@@ -123,6 +135,7 @@ TEST(ModelConfig, DefaultsAndDerivedValuesMatchTheReference) {
                                                .dump());
   EXPECT_EQ(c.position, PositionKind::kLearned);
   EXPECT_EQ(c.embed_scale, 1.0f);
+  EXPECT_EQ(c.norm, NormKind::kLayerNorm);
   EXPECT_EQ(c.norm_eps, 1e-5f);
   EXPECT_EQ(c.activation, Activation::kRelu);
   EXPECT_EQ(c.ffn, FfnKind::kMlp);
@@ -137,6 +150,10 @@ TEST(ModelConfig, DefaultsAndDerivedValuesMatchTheReference) {
   EXPECT_EQ(c.layers[0].rope_base, 10000.0);
   EXPECT_EQ(c.layers[1].window, 32) << "aft_local's own default";
   EXPECT_EQ(c.layers[2].gn_eps, 1e-5f);
+  EXPECT_EQ(c.layers[2].value_dim, 32) << "retnet's value_dim defaults to d_model";
+  EXPECT_EQ(c.layers[2].rope_style, RopeStyle::kHalf);
+  EXPECT_EQ(c.layers[2].group_norm, NormKind::kLayerNorm);
+  EXPECT_FALSE(c.layers[2].decay_normalize);
   EXPECT_EQ(c.layers[3].window, 64) << "FIR windows default to max_seq_len";
   EXPECT_TRUE(c.layers[3].out_proj);
   EXPECT_EQ(c.layers[4].window, 64);
@@ -221,9 +238,23 @@ TEST(ModelConfig, EveryRuleHasItsMessage) {
       {"layers not a list", set("layers", json::object()), "layers must be a list"},
       {"position", set("position", "rotary"),
        "position must be one of learned, sinusoidal, none, got \"rotary\""},
-      {"norm", set("norm", "rmsnorm"), "norm must be one of layernorm, got \"rmsnorm\""},
-      {"activation", set("activation", "gelu"), "activation must be one of relu, gelu_tanh"},
-      {"ffn", set("ffn", "moe"), "ffn must be one of mlp, rwkv_channel_mix, got \"moe\""},
+      {"norm", set("norm", "rms"), "norm must be one of layernorm, rmsnorm, got \"rms\""},
+      {"activation", set("activation", "swish"),
+       "activation must be one of relu, gelu_tanh, gelu, silu, got \"swish\""},
+      {"ffn", set("ffn", "moe"), "ffn must be one of mlp, rwkv_channel_mix, glu, got \"moe\""},
+      {"value_dim not a multiple of heads",
+       layer({{"mixer", "retnet"}, {"heads", 4}, {"value_dim", 30}}),
+       "layers[0]: value_dim=30 must be a positive multiple of heads=4"},
+      {"zero value_dim", layer({{"mixer", "retnet"}, {"value_dim", 0}}),
+       "layers[0]: value_dim=0 must be a positive multiple of heads=1"},
+      {"rope_style", layer({{"mixer", "retnet"}, {"rope_style", "interleaved"}}),
+       "layers[0]: rope_style must be one of half, torchscale, got \"interleaved\""},
+      {"group_norm", layer({{"mixer", "retnet"}, {"group_norm", "groupnorm"}}),
+       "layers[0]: group_norm must be one of layernorm, rmsnorm, got \"groupnorm\""},
+      {"decay_normalize not a bool", layer({{"mixer", "retnet"}, {"decay_normalize", 1}}),
+       "layers[0]: decay_normalize must be true or false, got 1"},
+      {"value_dim for another mixer", layer({{"mixer", "attention"}, {"value_dim", 64}}),
+       "layers[0]: unknown key \"value_dim\" for mixer attention"},
       {"sinusoidal odd d_model",
        [](json& j) {
          j["position"] = "sinusoidal";

@@ -41,6 +41,10 @@ nlohmann::json random_layer(MixerKind kind, int heads, std::mt19937& rng) {
     if (p == "gn_eps" || p == "eps") l[p] = pick<double>(rng, {1e-5, 1e-3});
     if (p == "window") l[p] = uniform(rng, 1, 7);
     if (p == "features") l[p] = uniform(rng, 1, 6);
+    if (p == "value_dim") l[p] = nullptr;  // d_model, or twice it (below)
+    if (p == "rope_style") l[p] = pick<std::string>(rng, {"half", "torchscale"});
+    if (p == "group_norm") l[p] = pick<std::string>(rng, {"layernorm", "rmsnorm"});
+    if (p == "decay_normalize") l[p] = uniform(rng, 0, 1) == 1;
   }
   return l;
 }
@@ -95,10 +99,10 @@ RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model) {
       {"max_seq_len", 32},
       {"position", pick<std::string>(rng, {"learned", "sinusoidal", "none"})},
       {"embed_scale", pick<double>(rng, {1.0, std::sqrt(static_cast<double>(d))})},
-      {"norm", "layernorm"},
+      {"norm", pick<std::string>(rng, {"layernorm", "rmsnorm"})},
       {"norm_eps", pick<double>(rng, {1e-5, 1e-3})},
-      {"activation", pick<std::string>(rng, {"relu", "gelu_tanh"})},
-      {"ffn", pick<std::string>(rng, {"mlp", "rwkv_channel_mix"})},
+      {"activation", pick<std::string>(rng, {"relu", "gelu_tanh", "gelu", "silu"})},
+      {"ffn", pick<std::string>(rng, {"mlp", "rwkv_channel_mix", "glu"})},
       {"bias", uniform(rng, 0, 1) == 1},
       {"tie_embeddings", uniform(rng, 0, 1) == 1},
       {"embed_norm", uniform(rng, 0, 1) == 1},
@@ -107,6 +111,9 @@ RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model) {
   nlohmann::json layers = nlohmann::json::array({random_layer(kind, heads, rng)});
   if (uniform(rng, 0, 1) == 1)  // a second layer of any kind: two states side by side in the pool
     layers.push_back(random_layer(pick(rng, all_mixer_kinds()), heads, rng));
+  for (nlohmann::json& l :
+       layers)  // RetNet's value heads as wide as the keys or twice (torchscale)
+    if (l.contains("value_dim")) l["value_dim"] = d * pick<int>(rng, {1, 2});
   cfg["layers"] = layers;
   cfg["n_layers"] = layers.size();
   RandomModel m;

@@ -41,18 +41,31 @@ Seq linear(const Weights& W, const std::string& name, const Seq& x, int64_t out)
   return y;
 }
 
-Vec layer_norm(const Weights& W, const std::string& name, const Vec& x, double eps) {
+// Layer norm, or RMS norm (x / √(mean(x²) + ε), no centring); weight (and a layer norm's bias)
+// when name is given.
+Vec normalized(NormKind kind, const Weights* W, const std::string& name, const Vec& x, double eps) {
   const int64_t d = static_cast<int64_t>(x.size());
   double mean = 0, var = 0;
-  for (double v : x) mean += v;
-  mean /= d;
+  if (kind == NormKind::kLayerNorm) {
+    for (double v : x) mean += v;
+    mean /= d;
+  }
   for (double v : x) var += (v - mean) * (v - mean);
   var /= d;
   Vec y(d);
-  for (int64_t i = 0; i < d; ++i)
-    y[i] =
-        (x[i] - mean) / std::sqrt(var + eps) * W.at(name + ".weight", i) + W.at(name + ".bias", i);
+  for (int64_t i = 0; i < d; ++i) {
+    y[i] = (x[i] - mean) / std::sqrt(var + eps);
+    if (W) {
+      y[i] *= W->at(name + ".weight", i);
+      if (kind == NormKind::kLayerNorm) y[i] += W->at(name + ".bias", i);
+    }
+  }
   return y;
+}
+
+// The model's norm (config `norm`) with its tensors.
+Vec model_norm(const ModelConfig& cfg, const Weights& W, const std::string& name, const Vec& x) {
+  return normalized(cfg.norm, &W, name, x, cfg.norm_eps);
 }
 
 // Rotate-half RoPE of one head's slice at position t: x' = x·cos + rotate_half(x)·sin with
@@ -63,6 +76,18 @@ void rope(double* x, int64_t h, int64_t t, double base) {
     const double a = x[i], b = x[i + h / 2];
     x[i] = a * std::cos(angle) - b * std::sin(angle);
     x[i + h / 2] = b * std::cos(angle) + a * std::sin(angle);
+  }
+}
+
+// torchscale's theta_shift: x' = x·cos + rotate_every_two(x)·sin with rotate_every_two(x)[2i] =
+// −x[2i+1], [2i+1] = x[2i], θ_i = 1/base^linspace(0, 1, h/2)[i].
+void rope_torchscale(double* x, int64_t h, int64_t t, double base) {
+  for (int64_t i = 0; i < h / 2; ++i) {
+    const double step = h / 2 > 1 ? static_cast<double>(i) / (h / 2 - 1) : 0.0;
+    const double angle = static_cast<double>(t) / std::pow(base, step);
+    const double a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * std::cos(angle) - b * std::sin(angle);
+    x[2 * i + 1] = b * std::cos(angle) + a * std::sin(angle);
   }
 }
 
@@ -118,34 +143,37 @@ Seq aft(const Weights& W, const std::string& p, const LayerConfig& l, const Seq&
   return linear(W, p + "o", o, d);
 }
 
+// Keys of h = d/n, values of hv = value_dim/n per head; with decay_normalize the head's output at
+// t is divided by √(Σ_{j≤t} γ^j) before its norm (torchscale's recurrent scale).
 Seq retnet(const Weights& W, const std::string& p, const LayerConfig& l, const Seq& x, int64_t d) {
-  const int64_t T = x.size(), n = l.heads, h = d / n;
-  Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, d);
-  Seq g = linear(W, p + "g", x, d);
+  const int64_t T = x.size(), n = l.heads, h = d / n, dv = l.value_dim, hv = dv / n;
+  Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, dv);
+  Seq g = linear(W, p + "g", x, dv);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t hd = 0; hd < n; ++hd) {
-      rope(&q[t][hd * h], h, t, l.rope_base);
-      rope(&k[t][hd * h], h, t, l.rope_base);
+      const auto rotate = l.rope_style == RopeStyle::kHalf ? rope : rope_torchscale;
+      rotate(&q[t][hd * h], h, t, l.rope_base);
+      rotate(&k[t][hd * h], h, t, l.rope_base);
       for (int64_t i = 0; i < h; ++i) k[t][hd * h + i] /= std::sqrt(static_cast<double>(h));
     }
-  Seq y(T, Vec(d));
+  Seq y(T, Vec(dv));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t hd = 0; hd < n; ++hd) {
       const double gamma = 1.0 - std::pow(2.0, -5.0 - hd);
-      Vec o(h, 0.0);
+      Vec o(hv, 0.0);
+      double decay_sum = 0;
       for (int64_t j = 0; j <= t; ++j) {
         double qk = 0;
         for (int64_t i = 0; i < h; ++i) qk += q[t][hd * h + i] * k[j][hd * h + i];
-        for (int64_t i = 0; i < h; ++i) o[i] += std::pow(gamma, t - j) * qk * v[j][hd * h + i];
+        for (int64_t i = 0; i < hv; ++i) o[i] += std::pow(gamma, t - j) * qk * v[j][hd * hv + i];
+        decay_sum += std::pow(gamma, t - j);
       }
-      double mean = 0, var = 0;
-      for (double e : o) mean += e;
-      mean /= h;
-      for (double e : o) var += (e - mean) * (e - mean);
-      var /= h;
-      for (int64_t i = 0; i < h; ++i) {
-        const double gi = g[t][hd * h + i];
-        y[t][hd * h + i] = gi * sigmoid(gi) * (o[i] - mean) / std::sqrt(var + l.gn_eps);
+      if (l.decay_normalize)
+        for (double& e : o) e /= std::sqrt(decay_sum);
+      o = normalized(l.group_norm, nullptr, "", o, l.gn_eps);
+      for (int64_t i = 0; i < hv; ++i) {
+        const double gi = g[t][hd * hv + i];
+        y[t][hd * hv + i] = gi * sigmoid(gi) * o[i];
       }
     }
   return linear(W, p + "o", y, d);
@@ -293,10 +321,27 @@ Seq ffn(const ModelConfig& cfg, const Weights& W, int layer, const Seq& x) {
   }
   Seq hdn = linear(W, p + "fc1", x, c);
   for (Vec& row : hdn)
-    for (double& e : row)
-      e = cfg.activation == Activation::kRelu
-              ? std::max(e, 0.0)
-              : 0.5 * e * (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)));
+    for (double& e : row) {
+      switch (cfg.activation) {
+        case Activation::kRelu:
+          e = std::max(e, 0.0);
+          break;
+        case Activation::kGeluTanh:
+          e = 0.5 * e * (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)));
+          break;
+        case Activation::kGelu:
+          e = 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)));
+          break;
+        case Activation::kSilu:
+          e = e * sigmoid(e);
+          break;
+      }
+    }
+  if (cfg.ffn == FfnKind::kGlu) {  // act(fc1 x) ⊙ gate x
+    const Seq gate = linear(W, p + "gate", x, c);
+    for (size_t t = 0; t < x.size(); ++t)
+      for (int64_t i = 0; i < c; ++i) hdn[t][i] *= gate[t][i];
+  }
   return linear(W, p + "fc2", hdn, d);
 }
 
@@ -318,16 +363,16 @@ std::vector<std::vector<double>> float64_logits(const ModelConfig& cfg, const We
       x[t][i] = cfg.embed_scale * W.at("embed.weight", tokens[t] * d + i) + pos;
     }
   if (cfg.embed_norm)
-    for (Vec& row : x) row = layer_norm(W, "embed_norm", row, cfg.norm_eps);
+    for (Vec& row : x) row = model_norm(cfg, W, "embed_norm", row);
   for (int layer = 0; layer < cfg.n_layers; ++layer) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     Seq n1;
-    for (const Vec& row : x) n1.push_back(layer_norm(W, p + "ln1", row, cfg.norm_eps));
+    for (const Vec& row : x) n1.push_back(model_norm(cfg, W, p + "ln1", row));
     const Seq m = mixer(cfg, W, layer, n1);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < d; ++i) x[t][i] += m[t][i];
     Seq n2;
-    for (const Vec& row : x) n2.push_back(layer_norm(W, p + "ln2", row, cfg.norm_eps));
+    for (const Vec& row : x) n2.push_back(model_norm(cfg, W, p + "ln2", row));
     const Seq f = ffn(cfg, W, layer, n2);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < d; ++i) x[t][i] += f[t][i];
@@ -335,7 +380,7 @@ std::vector<std::vector<double>> float64_logits(const ModelConfig& cfg, const We
   std::vector<std::vector<double>> logits;
   const std::string head = cfg.tie_embeddings ? "embed" : "head";
   for (const Vec& row : x) {
-    const Vec n = layer_norm(W, "norm_f", row, cfg.norm_eps);
+    const Vec n = model_norm(cfg, W, "norm_f", row);
     Vec out(V);
     for (int64_t u = 0; u < V; ++u) {
       double s = cfg.head_bias ? W.at("head.bias", u) : 0.0;

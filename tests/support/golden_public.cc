@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "engine/mixers/registry.h"
@@ -81,6 +82,42 @@ PublicLayer load_public_aft(const PublicAft& f, bool transpose_bias) {
       l.y.size() != l.x.size())
     throw std::runtime_error(std::string(f.fixture) + ": x, y are not [2, 37, 16]");
   return l;
+}
+
+namespace {
+std::vector<int32_t> ids(const TensorView& t) {  // int64 or int32 ids as int32
+  std::vector<int32_t> out(t.numel());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == DType::kI64) {
+      int64_t v;
+      std::memcpy(&v, t.data + 8 * i, 8);
+      out[i] = static_cast<int32_t>(v);
+    } else {
+      std::memcpy(&out[i], t.data + 4 * i, 4);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TorchscaleExpected load_torchscale_expected(const std::string& name) {
+  const std::string dir = std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden_public/" + name;
+  const SafetensorsFile f(dir + "/expected.safetensors");
+  auto tensor = [&](const char* n) -> const TensorView& {
+    const TensorView* t = f.find(n);
+    if (!t) throw std::runtime_error(f.path() + ": no tensor " + n);
+    return *t;
+  };
+  TorchscaleExpected x;
+  x.model_dir = dir + "/model";
+  x.tokens = ids(tensor("tokens"));
+  x.greedy = ids(tensor("greedy"));
+  x.recurrent = to_float32(tensor("logits_recurrent"));
+  x.parallel = to_float32(tensor("logits_parallel"));
+  if (x.greedy.size() >= x.tokens.size() || x.recurrent.size() != x.parallel.size() ||
+      x.recurrent.size() % x.tokens.size() != 0)
+    throw std::runtime_error(f.path() + ": inconsistent shapes");
+  return x;
 }
 
 double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {

@@ -1,112 +1,142 @@
 // RetNet's recurrent retention on the GPU: one block per (sequence, head), thread c owning column
-// c of the head's S (h × h, state floats (head·h + a)·h + c), the sequence's tokens in order:
-// S ← γS + kᵀv, o = qS, group norm over the head, gated by swish(g).
+// c of the head's S (h × hv, state floats (head·h + a)·hv + c), the sequence's tokens in order:
+// S ← γS + kᵀv, o = qS, scaled by torchscale's decay sum where asked, group (layer or RMS) norm
+// over the head, gated by swish(g).
 #include <algorithm>
 #include <cmath>
 
 #include "engine/mixers/common.h"
+#include "engine/mixers/retnet/retnet.h"
 #include "kernels/cuda_part.cuh"
 
 namespace mixserve::cuda {
 
 namespace {
 
+struct RetnetShape {
+  int d, dv, n, h, hv, max_pos;
+  bool torchscale_rope, rms_group_norm;
+};
+
 // S of the head sits in shared memory for the whole call when it fits (loaded once, written back
-// once), so a token costs no global round trips through the page table.
-__global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, int d, int n, int h,
+// once), so a token costs no global round trips through the page table. proj rows are
+// [q (d) | k (d) | v (dv) | g (dv)].
+__global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, RetnetShape sh,
                               const float* gamma, const float* cos_t, const float* sin_t,
-                              float gn_eps, bool s_in_smem, float* out) {
+                              const float* decay_scale, float gn_eps, bool s_in_smem, float* out) {
   extern __shared__ float smem[];
   __shared__ double red[32];
+  const int d = sh.d, h = sh.h, hv = sh.hv, width = 2 * d + 2 * sh.dv;
   float *q = smem, *k = smem + h, *S_sm = smem + 2 * h;
-  const int s = blockIdx.x / n, hd = blockIdx.x % n, c = threadIdx.x, half = h / 2;
+  const int s = blockIdx.x / sh.n, hd = blockIdx.x % sh.n, c = threadIdx.x, half = h / 2;
   const float g = gamma[hd], ks = 1.0f / sqrtf(static_cast<float>(h));
-  const int64_t base = static_cast<int64_t>(hd) * h * h;
+  const int64_t base = static_cast<int64_t>(hd) * h * hv;
   if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once
 #pragma unroll 8
-    for (int i = threadIdx.x; i < h * h; i += blockDim.x) S_sm[i] = *pages.at(s, base + i);
+    for (int i = threadIdx.x; i < h * hv; i += blockDim.x) S_sm[i] = *pages.at(s, base + i);
     __syncthreads();
   }
-  auto S_at = [&](int a) { return s_in_smem ? S_sm + a * h + c : pages.at(s, base + int64_t{a} * h + c); };
+  auto S_at = [&](int a) {
+    return s_in_smem ? S_sm + a * hv + c : pages.at(s, base + int64_t{a} * hv + c);
+  };
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
     const int pos = b.pos0[s] + (r - b.row_start[s]);
-    const float* row = proj + static_cast<int64_t>(r) * 4 * d;
-    if (c < half) {  // rotate-half RoPE of q and k, then k scaled by h^{-1/2}
+    const float* row = proj + static_cast<int64_t>(r) * width;
+    if (c <
+        half) {  // RoPE of q and k (pair c: rotate-half or torchscale's interleaved), k · h^{-1/2}
+      const int i0 = sh.torchscale_rope ? 2 * c : c, i1 = sh.torchscale_rope ? 2 * c + 1 : c + half;
       const float cs = cos_t[pos * half + c], sn = sin_t[pos * half + c];
-      const float qa = row[hd * h + c], qb = row[hd * h + c + half];
-      const float ka = row[d + hd * h + c], kb = row[d + hd * h + c + half];
-      q[c] = qa * cs - qb * sn;
-      q[c + half] = qb * cs + qa * sn;
-      k[c] = (ka * cs - kb * sn) * ks;
-      k[c + half] = (kb * cs + ka * sn) * ks;
+      const float qa = row[hd * h + i0], qb = row[hd * h + i1];
+      const float ka = row[d + hd * h + i0], kb = row[d + hd * h + i1];
+      q[i0] = qa * cs - qb * sn;
+      q[i1] = qb * cs + qa * sn;
+      k[i0] = (ka * cs - kb * sn) * ks;
+      k[i1] = (kb * cs + ka * sn) * ks;
     }
     __syncthreads();
     float o = 0.0f;
-    if (c < h) {
-      const float v = row[2 * d + hd * h + c];
+    if (c < hv) {
+      const float v = row[2 * d + hd * hv + c];
       for (int a = 0; a < h; ++a) {
         float* S = S_at(a);
         const float sv = g * *S + k[a] * v;
         *S = sv;
         o += q[a] * sv;
       }
+      const float scale = decay_scale[hd * sh.max_pos + pos];
+      if (scale != 1.0f) o *= scale;
     }
-    // Group norm of the head (no affine), statistics in double as the CPU's layer_norm.
-    const double mu = block_sum(c < h ? static_cast<double>(o) : 0.0, red) / h;
-    const double dv = c < h ? (o - mu) : 0.0;
-    const double var = block_sum(dv * dv, red) / h;
-    if (c < h) {
+    // Group norm of the head (no affine; an RMS norm does not centre), statistics in double as the
+    // CPU's normalize.
+    const double mu =
+        sh.rms_group_norm ? 0.0 : block_sum(c < hv ? static_cast<double>(o) : 0.0, red) / hv;
+    const double dv = c < hv ? (o - mu) : 0.0;
+    const double var = block_sum(dv * dv, red) / hv;
+    if (c < hv) {
       const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(gn_eps)));
-      const float gate = row[3 * d + hd * h + c];
-      out[static_cast<int64_t>(r) * d + hd * h + c] =
+      const float gate = row[2 * d + sh.dv + hd * hv + c];
+      out[static_cast<int64_t>(r) * sh.dv + hd * hv + c] =
           ((o - static_cast<float>(mu)) * inv) * (gate * sigmoidf_(gate));
     }
     __syncthreads();  // q, k are rewritten by the next token
   }
   if (s_in_smem)
 #pragma unroll 8
-    for (int i = threadIdx.x; i < h * h; i += blockDim.x) *pages.at(s, base + i) = S_sm[i];
+    for (int i = threadIdx.x; i < h * hv; i += blockDim.x) *pages.at(s, base + i) = S_sm[i];
 }
 
 class CudaRetnet : public CudaPart {
  public:
   CudaRetnet(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
              const WeightSource& w, const std::string& p)
-      : d_(static_cast<int>(cfg.d_model)),
-        n_(static_cast<int>(layer.heads)),
-        h_(static_cast<int>(cfg.d_model / layer.heads)),
+      : sh_{static_cast<int>(cfg.d_model),
+            static_cast<int>(layer.value_dim),
+            static_cast<int>(layer.heads),
+            static_cast<int>(cfg.d_model / layer.heads),
+            static_cast<int>(layer.value_dim / layer.heads),
+            static_cast<int>(cfg.max_seq_len),
+            layer.rope_style == RopeStyle::kTorchscale,
+            layer.group_norm == NormKind::kRmsNorm},
         gn_eps_(layer.gn_eps),
-        qkvg_(dw.fused(w, p, {"q", "k", "v", "g"}, d_, d_, cfg.bias)),
-        o_(dw.linear(w, p + "o", d_, d_, cfg.bias)) {
-    std::vector<float> gamma;
-    for (int i = 0; i < n_; ++i) gamma.push_back(static_cast<float>(1.0 - std::pow(2.0, -5.0 - i)));
-    gamma_ = dw.f32(gamma);
-    RopeTable rope(cfg.max_seq_len, h_, layer.rope_base);
+        qkvg_(dw.fused(w, p, {{"q", sh_.d}, {"k", sh_.d}, {"v", sh_.dv}, {"g", sh_.dv}}, sh_.d,
+                       cfg.bias)),
+        o_(dw.linear(w, p + "o", sh_.d, sh_.dv, cfg.bias)) {
+    gamma_ = dw.f32(retnet_gammas(layer.heads));
+    decay_scale_ = dw.f32(retnet_decay_scales(layer, cfg.max_seq_len));
+    RopeTable rope(cfg.max_seq_len, sh_.h, layer.rope_base, layer.rope_style);
     cos_ = dw.f32(rope.cos);
     sin_ = dw.f32(rope.sin);
-    if (h_ > 1024) throw std::invalid_argument("CUDA retnet: head size above 1024");
-    s_in_smem_ = (2 + h_) * h_ * sizeof(float) <= 96 * 1024;
-    smem_ = static_cast<int>((2 + (s_in_smem_ ? h_ : 0)) * h_ * sizeof(float));
+    if (sh_.hv > 1024 || sh_.h > 2048)
+      throw std::invalid_argument("CUDA retnet: a value head above 1024 or a key head above 2048");
+    s_in_smem_ = (2 * sh_.h + sh_.h * sh_.hv) * sizeof(float) <= 96 * 1024;
+    smem_ = static_cast<int>((2 * sh_.h + (s_in_smem_ ? sh_.h * sh_.hv : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(retnet_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
+      CUDA_CHECK(
+          cudaFuncSetAttribute(retnet_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
   }
 
+  int64_t proj_floats_per_row() const override { return 2 * sh_.d + 2 * sh_.dv; }
+  int64_t mixed_floats_per_row() const override { return sh_.dv; }
+
   void forward(const PartStep& st) override {
-    const int rows = st.rows, d = d_;
-    gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkvg_, rows, to(st.s.proj, 4 * d));
-    // Thread c < h owns column c; extra threads only help load and store S.
-    const int threads = std::max(128, ceil_div(h_, 32) * 32);
-    retnet_kernel<<<st.batch.n_seq * n_, threads, smem_, st.stream>>>(
-        st.batch, st.pages, st.s.proj, d, n_, h_, gamma_, cos_, sin_, gn_eps_, s_in_smem_, st.s.mixed);
+    const int rows = st.rows, d = sh_.d;
+    gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkvg_, rows,
+         to(st.s.proj, 2 * d + 2 * sh_.dv));
+    // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
+    // S.
+    const int threads = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
+    retnet_kernel<<<st.batch.n_seq * sh_.n, threads, smem_, st.stream>>>(
+        st.batch, st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, s_in_smem_,
+        st.s.mixed);
     CUDA_CHECK_LAUNCH();
-    gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
+    gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }
 
  private:
-  int d_, n_, h_;
+  RetnetShape sh_;
   float gn_eps_;
   DevMatrix qkvg_, o_;
-  const float *gamma_ = nullptr, *cos_ = nullptr, *sin_ = nullptr;
+  const float *gamma_ = nullptr, *cos_ = nullptr, *sin_ = nullptr, *decay_scale_ = nullptr;
   bool s_in_smem_ = true;
   int smem_ = 0;
 };

@@ -1,4 +1,5 @@
-"""Pieces shared by several mixers: projections, RoPE, the 'very negative' max sentinel."""
+"""Pieces shared by several mixers: projections, RoPE (rotate-half and torchscale's pairs), RMS norm,
+the 'very negative' max sentinel."""
 import torch
 import torch.nn as nn
 
@@ -12,12 +13,24 @@ def linear(cfg, d_in=None, d_out=None):
     return nn.Linear(d_in or d, d_out or d, bias=cfg.bias)
 
 
-def rope_angles(positions, head_dim, base):
-    """cos, sin of shape [len(positions), head_dim] for rotate-half RoPE."""
+def rope_angles(positions, head_dim, base, style="half"):
+    """cos, sin of shape [len(positions), head_dim], angles in float64 then cast.
+    half: rotate-half RoPE, θ_i = base^(−2i/h) for x_i and x_{i+h/2};
+    torchscale: its theta_shift, θ_i = base^(−linspace(0, 1, h/2)_i) for the pair (x_2i, x_2i+1)
+    (θ_0 = 1 and the last is 1/base; one pair: θ = 1)."""
+    if style == "torchscale":
+        ang = positions.to(torch.float64)[:, None] * pair_thetas(head_dim, base)[None, :]
+        return ang.cos().float(), ang.sin().float()
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]
     ang = torch.cat([ang, ang], dim=-1)
     return ang.cos().float(), ang.sin().float()
+
+
+def pair_thetas(head_dim, base):
+    """torchscale's angles per element, float64 [head_dim]: θ_i = base^(−linspace(0, 1, h/2)_i),
+    each twice (x_2i and x_2i+1 turn together); RetNetRelPos stores them as its `angle` buffer."""
+    return (base ** -torch.linspace(0, 1, head_dim // 2, dtype=torch.float64)).repeat_interleave(2)
 
 
 def rotate_half(x):
@@ -25,9 +38,22 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def apply_rope(x, cos, sin):
-    """x [..., T, h] with cos/sin [T, h]."""
-    return x * cos + rotate_half(x) * sin
+def rotate_pairs(x):
+    """(x_2i, x_2i+1) -> (−x_2i+1, x_2i): torchscale's rotate_every_two."""
+    return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2)
+
+
+def apply_rope(x, cos, sin, style="half"):
+    """x [..., T, h] with cos/sin [T, h] from rope_angles(..., style)."""
+    return x * cos + (rotate_pairs(x) if style == "torchscale" else rotate_half(x)) * sin
+
+
+def rms_norm(x, eps):
+    """x · (mean(x²) + ε)^(−1/2) over the last dimension, no affine. Like torchscale's RMSNorm
+    (`x.float()`), half-precision inputs are normalised in float32; float64 stays float64 (the
+    golden fixtures' expected values are computed in it)."""
+    y = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def split_heads(x, n):

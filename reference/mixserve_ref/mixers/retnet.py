@@ -3,13 +3,18 @@
 Per head i: γ_i = 1 − 2^{−5−i}; q, k rotated by rotate-half RoPE, k scaled by h^{−1/2};
 S_i ← γ_i S_i + k_iᵀ v_i; o_i = q_i S_i; y = (swish(x W_g) ⊙ GroupNorm_n(o)) W_o, the group norm
 per head without affine parameters.
+
+Switches for microsoft/torchscale's conventions (docs/mixers.md), each off by default:
+value_dim (v, g and o's width; each head's value size value_dim/n, its key size h = d/n),
+rope_style "torchscale" (interleaved pairs, θ_i = base^{−i/(h/2−1)}), group_norm "rmsnorm" (per
+head, no affine), decay_normalize (o_t ÷ √(Σ_{j≤t} γ^j), torchscale's `scale`).
 """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..cost_model import Cost, rope, sigmoid, vec_mat
-from .common import apply_rope, linear, merge_heads, rope_angles, split_heads
+from .common import apply_rope, linear, merge_heads, rms_norm, rope_angles, split_heads
 from .spec import MixerSpec
 
 
@@ -19,7 +24,7 @@ def gammas(n):
 
 def retention(q, k, v, gamma):
     """The parallel form of retention's core: o_t = Σ_{j≤t} γ^{t−j} (q_t·k_j) v_j per head, with q,
-    k, v [B, n, T, h] (k already scaled) and gamma [n]. fla's naive_retention is this with k
+    k [B, n, T, h] (k already scaled), v [B, n, T, m] and gamma [n]. fla's naive_retention is this with k
     scaled inside (tests/golden_public/retention)."""
     T = q.shape[2]
     t = torch.arange(T, device=q.device)
@@ -30,14 +35,23 @@ def retention(q, k, v, gamma):
 
 
 def retention_step(S, q, k, v, gamma):
-    """The recurrent form, one token: S ← γ S + kᵀ v, o = q S (q, k, v [B, n, 1, h])."""
+    """The recurrent form, one token: S ← γ S + kᵀ v, o = q S (q, k [B, n, 1, h], v [B, n, 1, m])."""
     S = S * gamma[None, :, None, None].to(S.dtype) + k.transpose(-1, -2) @ v
     return S, q @ S
 
 
+def decay_scale(gamma, T):
+    """[n, T]: Σ_{j=0..t} γ^j for t < T, per head: the row sum of the decay mask, torchscale's
+    `scale` (its recurrent form keeps S/√scale, its parallel form divides the mask rows by √scale).
+    Summed term by term rather than (1 − γ^{t+1})/(1 − γ), which is 0/0 where γ rounds to 1."""
+    return torch.cumsum(gamma[:, None] ** torch.arange(T, dtype=gamma.dtype, device=gamma.device), dim=-1)
+
+
 class RetNet(nn.Module, MixerSpec):
     name = "retnet"
-    params = {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5}
+    params = {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5, "value_dim": None, "rope_style": "half",
+              "group_norm": "layernorm", "decay_normalize": False}
+    quiet_params = ("value_dim", "rope_style", "group_norm", "decay_normalize")
     always_rotates = True
     paper_layer = {"heads": 4}
     golden = {"retnet": dict(layers=[{"mixer": "retnet", "heads": 4}] * 2)}
@@ -48,59 +62,88 @@ class RetNet(nn.Module, MixerSpec):
 
     @staticmethod
     def token_cost(d, t, p):
-        return retnet_cost(d, p["heads"])
+        return retnet_cost(d, p["heads"], p["value_dim"], p["group_norm"], p["decay_normalize"])
 
     @staticmethod
     def param_count(d, l, p):
-        return 5 * d * d
+        return 2 * d * d + 3 * d * (p["value_dim"] or d)  # q, k [d, d]; v, g [dv, d]; o [d, dv]
 
     def __init__(self, cfg, p):
         super().__init__()
-        self.n, self.h = p["heads"], cfg.d_model // p["heads"]
-        self.rope_base, self.gn_eps = p["rope_base"], p["gn_eps"]
-        self.q, self.k, self.v, self.g, self.o = (linear(cfg) for _ in range(5))
+        d = cfg.d_model
+        self.n, self.h = p["heads"], d // p["heads"]
+        self.dv = p["value_dim"] or d
+        self.m = self.dv // self.n  # a head's value size (its key size is h)
+        self.rope_base, self.gn_eps, self.rope_style = p["rope_base"], p["gn_eps"], p["rope_style"]
+        self.group_norm, self.decay_normalize = p["group_norm"], p["decay_normalize"]
+        self.q, self.k = linear(cfg), linear(cfg)
+        self.v, self.g = linear(cfg, d, self.dv), linear(cfg, d, self.dv)
+        self.o = linear(cfg, self.dv, d)
         self.register_buffer("gamma", gammas(self.n).float(), persistent=False)
 
     def _qkv(self, x, positions):
         q, k, v = (split_heads(f(x), self.n) for f in (self.q, self.k, self.v))
-        cos, sin = rope_angles(positions, self.h, self.rope_base)
+        cos, sin = rope_angles(positions, self.h, self.rope_base, self.rope_style)
         cos, sin = cos.to(x.device), sin.to(x.device)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin) * self.h ** -0.5, v
+        rot = lambda t: apply_rope(t, cos, sin, self.rope_style)  # noqa: E731
+        return rot(q), rot(k) * self.h ** -0.5, v
 
-    def _out(self, x, o):
-        """o [B, n, T, h] -> y [B, T, d]."""
-        o = F.layer_norm(o, (self.h,), eps=self.gn_eps)  # = GroupNorm(n groups), no affine
+    def _out(self, x, o, scale):
+        """o [B, n, T, m], scale [n, T] (Σ_{j≤t} γ^j) -> y [B, T, d]."""
+        if self.decay_normalize:
+            o = o / scale.to(o.dtype).sqrt()[None, :, :, None]
+        if self.group_norm == "rmsnorm":
+            o = rms_norm(o, self.gn_eps)
+        else:
+            o = F.layer_norm(o, (self.m,), eps=self.gn_eps)  # = GroupNorm(n groups), no affine
         return self.o(F.silu(self.g(x)) * merge_heads(o))
 
     def forward(self, x):
-        q, k, v = self._qkv(x, torch.arange(x.shape[1]))
-        return self._out(x, retention(q, k, v, self.gamma))
+        T = x.shape[1]
+        q, k, v = self._qkv(x, torch.arange(T))
+        return self._out(x, retention(q, k, v, self.gamma), decay_scale(self.gamma, T))
 
     def init_state(self, B, device):
-        return {"S": torch.zeros(B, self.n, self.h, self.h, device=device)}
+        return {"S": torch.zeros(B, self.n, self.h, self.m, device=device)}
 
     def step(self, x, state, pos):
-        q, k, v = self._qkv(x[:, None], torch.tensor([pos]))  # [B, n, 1, h]
+        q, k, v = self._qkv(x[:, None], torch.tensor([pos]))  # [B, n, 1, h], v [B, n, 1, m]
         state["S"], o = retention_step(state["S"], q, k, v, self.gamma)
-        return self._out(x[:, None], o)[:, 0]
+        return self._out(x[:, None], o, decay_scale(self.gamma, pos + 1)[:, -1:])[:, 0]
 
 
-def retnet_cost(d, heads):
+def retnet_cost(d, heads, value_dim=None, group_norm="layernorm", decay_normalize=False):
     n, h = heads, d // heads
-    group_norm_per_head = (Cost(add=h - 1, div=1)              # mean
-                           + Cost(add=h)                       # centre
-                           + Cost(mul=h, add=h - 1, div=1)     # variance
-                           + Cost(add=1)                       # + ε
-                           + Cost(exp=1)                       # (var + ε)^{−1/2}
-                           + Cost(mul=h))                      # normalise
-    c = (5 * vec_mat(d, d)                    # q, k, v, g, o
+    dv = value_dim or d
+    m = dv // n  # a head's value size
+    if group_norm == "rmsnorm":
+        norm_per_head = (Cost(mul=m, add=m - 1, div=1)     # mean of squares
+                         + Cost(add=1)                     # + ε
+                         + Cost(exp=1)                     # (ms + ε)^{−1/2}
+                         + Cost(mul=m))                    # normalise
+        norm_path = "mul-cum-div-cum-exp-mul"               # square, Σ, ÷m, +ε, rsqrt, normalise
+    else:
+        norm_per_head = (Cost(add=m - 1, div=1)            # mean
+                         + Cost(add=m)                     # centre
+                         + Cost(mul=m, add=m - 1, div=1)   # variance
+                         + Cost(add=1)                     # + ε
+                         + Cost(exp=1)                     # (var + ε)^{−1/2}
+                         + Cost(mul=m))                    # normalise
+        norm_path = "cum-div-cum-mul-cum-div-cum-exp-mul"   # mean, centre, square, Σ, ÷m, +ε, rsqrt, normalise
+    c = (2 * vec_mat(d, d)                    # q, k
+         + 2 * vec_mat(d, dv) + vec_mat(dv, d)  # v, g; o
          + rope(d) + rope(d)                  # RoPE on q and k
          + Cost(div=d)                        # k / √h (the paper counts attention's 1/√h as div)
-         + n * (Cost(mul=h * h)               # γ S
-                + Cost(mul=h * h, add=h * h)  # + kᵀ v
-                + vec_mat(h, h))              # o = q S
-         + n * group_norm_per_head
-         + sigmoid(d) + Cost(mul=d)           # swish(g) = g σ(g)
-         + Cost(mul=d))                       # swish(g) ⊙ GroupNorm(o)
-    # k: proj, RoPE, ÷√h, kᵀv, +γS, qS, mean, centre, square, Σ, ÷h, +ε, rsqrt, normalise, gate, W_o
-    return c.with_path("mul-cum-mul-cum-div-mul-cum-mul-cum-cum-div-cum-mul-cum-div-cum-exp-mul-mul-mul-cum")
+         + n * (Cost(mul=h * m)               # γ S
+                + Cost(mul=h * m, add=h * m)  # + kᵀ v
+                + vec_mat(h, m))              # o = q S
+         + n * norm_per_head
+         + sigmoid(dv) + Cost(mul=dv)         # swish(g) = g σ(g)
+         + Cost(mul=dv))                      # swish(g) ⊙ GroupNorm(o)
+    path = "mul-cum-mul-cum-div-mul-cum-mul-cum"  # k: proj, RoPE, ÷√h, kᵀv, +γS, qS
+    if decay_normalize:
+        # o ÷ √(Σ_{j≤t} γ^j): the factor is a constant of head and position (like RoPE's angles),
+        # precomputed; applying it is one mul per value
+        c = c + Cost(mul=dv)
+        path += "-mul"
+    return c.with_path(path + "-" + norm_path + "-mul-mul-cum")  # ..., gate, W_o

@@ -8,6 +8,8 @@ class MixerSpec:
     name = None            # the config.json name ("mixer": ...)
     params = {}            # layer keys and defaults; None: derived (window → max_seq_len,
                            # features → the head size)
+    quiet_params = ()      # params that config.json carries only when not at their default: added
+                           # after models were written, which stay byte-identical
     always_rotates = False  # RoPE on q and k whatever "rope" says (needs an even head size)
     paper_layer = {}       # its layer in the paper-config benchmarks (d 128, 18 layers)
     model_overrides = {}   # model keys its models need (e.g. its own FFN), in benchmarks and tests
