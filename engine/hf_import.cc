@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/fla_import.h"
 #include "engine/model_error.h"
 #include "engine/model_weights.h"
 #include "engine/safetensors.h"
@@ -231,6 +232,9 @@ ImportedModel import_hf_model(const std::string& dir) {
   if (type == "torchscale_retnet") {
     m.config = torchscale_config(c, cfg_path);
     placer = torchscale_place;
+  } else if (is_fla_model_type(type)) {
+    m.config = fla_config(c, cfg_path);
+    placer = fla_placer(c);
   } else if (type == "gpt2") {
     m.config = gpt2_config(c, cfg_path);
     placer = gpt2_place;
@@ -239,7 +243,7 @@ ImportedModel import_hf_model(const std::string& dir) {
     placer = rwkv_place;
   } else {
     throw ModelError(cfg_path + ": model_type \"" + type +
-                     "\" cannot be imported (gpt2 and rwkv can)");
+                     "\" cannot be imported (gpt2, rwkv, and fla's retnet and linear_attn can)");
   }
   SafetensorsFile file(dir + "/model.safetensors");
   m.weights = std::make_unique<OwnedWeights>();
@@ -248,6 +252,7 @@ ImportedModel import_hf_model(const std::string& dir) {
       throw ModelError(file.path() + ": unexpected tensor " + t.name + " for a " + type +
                        " checkpoint");
   }
+  if (is_fla_model_type(type)) fla_finish(c, m.config, *m.weights);
   if (m.config.tie_embeddings) {  // tied: the embedding; a checkpoint's copy of it must be it
     auto& t = m.weights->tensors();
     if (t.count("head.weight") && t.count("embed.weight") && t["head.weight"] != t["embed.weight"])

@@ -162,8 +162,23 @@ LayerConfig parse_layer(const json& layer, MixerKind kind, size_t i, const Model
                             " must be a positive multiple of heads=" + std::to_string(l.heads));
   l.rope_style = r.choice<RopeStyle>(
       "rope_style", "half", {{"half", RopeStyle::kHalf}, {"torchscale", RopeStyle::kTorchscale}});
-  l.group_norm = r.choice<NormKind>("group_norm", "layernorm", kNormKinds);
+  if (kind == MixerKind::kLinear) {
+    l.group_norm = r.choice<NormKind>("group_norm", "none",
+                                      {{"none", NormKind::kNone},
+                                       {"layernorm", NormKind::kLayerNorm},
+                                       {"rmsnorm", NormKind::kRmsNorm}});
+  } else {
+    l.group_norm = r.choice<NormKind>("group_norm", "layernorm", kNormKinds);
+  }
   l.decay_normalize = r.boolean("decay_normalize", false);
+  l.gn_weight = r.boolean("gn_weight", false);
+  l.feature_map = r.choice<FeatureMap>("feature_map", "elu",
+                                       {{"elu", FeatureMap::kElu},
+                                        {"relu", FeatureMap::kRelu},
+                                        {"identity", FeatureMap::kIdentity},
+                                        {"elementwise_product", FeatureMap::kElementwiseProduct}});
+  l.q_scale = r.boolean("q_scale", false);
+  l.normalize = r.boolean("normalize", true);
   return l;
 }
 

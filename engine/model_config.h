@@ -34,8 +34,12 @@ enum class MixerKind {
 inline constexpr size_t kMixerKinds = static_cast<size_t>(MixerKind::kPerformer) + 1;
 enum class PositionKind { kLearned, kSinusoidal, kNone };
 // Layer norm (mean-centred, weight and bias) or RMS norm (torchscale's RMSNorm: no centring, no
-// bias): the model's norms (`norm`) and RetNet's per-head norm (`group_norm`).
-enum class NormKind { kLayerNorm, kRmsNorm };
+// bias): the model's norms (`norm`) and the per-head norms (`group_norm`: RetNet's, linear
+// attention's, which may also be none).
+enum class NormKind { kLayerNorm, kRmsNorm, kNone };
+// Linear attention's φ: elu(x) + 1, relu, identity, or fla's elementwise_product (Hadamard)
+// φ(x) = (W₁x + b₁) ⊙ (W₂x + b₂) with [h, h] maps shared by the heads, one pair for q, one for k.
+enum class FeatureMap { kElu, kRelu, kIdentity, kElementwiseProduct };
 // gelu is the exact (erf) GELU, gelu_tanh GPT-2's tanh approximation; silu = swish.
 enum class Activation { kRelu, kGeluTanh, kGelu, kSilu };
 // glu: fc2(act(fc1 x) ⊙ gate x), torchscale's gated FFN.
@@ -64,8 +68,13 @@ struct LayerConfig {
   // torchscale's division of a head's output at position t by √(Σ_{j≤t} γ^j) before that norm.
   int64_t value_dim = 0;
   RopeStyle rope_style = RopeStyle::kHalf;
-  NormKind group_norm = NormKind::kLayerNorm;
+  NormKind group_norm = NormKind::kLayerNorm;  // linear attention: kNone unless set
   bool decay_normalize = false;
+  bool gn_weight = false;  // RetNet, linear: a weight [head size] after the group norm, shared
+  // linear: its feature map, φ(q)·m^{−1/2} (fla's scale), and whether o is divided by φ(q)·z + ε.
+  FeatureMap feature_map = FeatureMap::kElu;
+  bool q_scale = false;
+  bool normalize = true;
 };
 
 struct ModelConfig {

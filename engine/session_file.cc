@@ -142,7 +142,8 @@ uint64_t model_fingerprint(const LoadedModel& model, const std::vector<StateLayo
     h.add(l.window), h.add(l.out_proj), h.add(l.gn_eps), h.add(l.eps), h.add(l.features);
     h.add(l.value_dim), h.add(static_cast<int>(l.rope_style)),
         h.add(static_cast<int>(l.group_norm));
-    h.add(l.decay_normalize);
+    h.add(l.decay_normalize), h.add(l.gn_weight), h.add(static_cast<int>(l.feature_map));
+    h.add(l.q_scale), h.add(l.normalize);
   }
   for (const StateLayout& s : layouts) {
     h.add(s.fixed_floats), h.add(s.token_floats);

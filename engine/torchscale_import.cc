@@ -5,6 +5,7 @@
 #include <regex>
 #include <set>
 
+#include "engine/import_args.h"
 #include "engine/mixers/retnet/retnet.h"
 #include "engine/model_error.h"
 
@@ -13,36 +14,6 @@ namespace mixserve {
 namespace {
 
 using json = nlohmann::json;
-
-// A RetNetConfig value: the key's JSON value, or torchscale's default when absent.
-struct Args {
-  const json& c;
-  const std::string& src;
-
-  int64_t integer(const char* key, int64_t fallback) const {
-    if (!c.contains(key)) return fallback;
-    if (!c[key].is_number_integer()) throw ModelError(src + ": \"" + key + "\" must be an integer");
-    return c[key].get<int64_t>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    if (!c.contains(key)) return fallback;
-    if (!c[key].is_boolean()) throw ModelError(src + ": \"" + key + "\" must be true or false");
-    return c[key].get<bool>();
-  }
-  double number(const char* key, double fallback) const {
-    if (!c.contains(key)) return fallback;
-    if (!c[key].is_number()) throw ModelError(src + ": \"" + key + "\" must be a number");
-    return c[key].get<double>();
-  }
-  std::string string(const char* key, const char* fallback) const {
-    if (!c.contains(key)) return fallback;
-    if (!c[key].is_string()) throw ModelError(src + ": \"" + key + "\" must be a string");
-    return c[key].get<std::string>();
-  }
-  void refuse_if(bool cond, const char* key, const std::string& why) const {
-    if (cond) throw ModelError(src + ": \"" + key + "\" " + why + " is not supported");
-  }
-};
 
 // RetNetConfig's keyword arguments (torchscale/architecture/config.py, 4d1e0e8). A key it does not
 // have is an error here, as an unknown key of our own config.json is: a typo must not silently
@@ -85,11 +56,6 @@ const std::set<std::string> kRetNetConfigKeys = {"decoder_embed_dim",
                                                  "xpos_rel_pos",
                                                  "xpos_scale_base"};
 
-int64_t positive(int64_t v, const char* key, const std::string& src) {
-  if (v <= 0) throw ModelError(src + ": \"" + key + "\" must be a positive integer");
-  return v;
-}
-
 // Whether a matches b within tol: the stored position buffers.
 bool close_to(const std::vector<float>& a, const std::vector<double>& b, double tol) {
   if (a.size() != b.size()) return false;
@@ -105,21 +71,19 @@ bool is_torchscale_config(const json& c) {
 }
 
 ModelConfig torchscale_config(const json& c, const std::string& src) {
-  const Args a{c, src};
+  const ImportArgs a{c, src};
   for (const auto& [key, value] : c.items())
     if (!kRetNetConfigKeys.count(key))
       throw ModelError(src + ": unknown key \"" + key + "\" (RetNetConfig's keys only)");
   // torchscale/architecture/config.py RetNetConfig's defaults, key by key.
   ModelConfig m;
-  m.vocab_size = positive(a.integer("vocab_size", -1), "vocab_size", src);
-  m.d_model = positive(a.integer("decoder_embed_dim", 768), "decoder_embed_dim", src);
-  m.n_layers = positive(a.integer("decoder_layers", 12), "decoder_layers", src);
-  m.ffn_dim = positive(a.integer("decoder_ffn_embed_dim", 1280), "decoder_ffn_embed_dim", src);
-  m.max_seq_len = positive(a.integer("max_target_positions", 1024), "max_target_positions", src);
-  const int64_t heads =
-      positive(a.integer("decoder_retention_heads", 3), "decoder_retention_heads", src);
-  const int64_t value_dim =
-      positive(a.integer("decoder_value_embed_dim", 1280), "decoder_value_embed_dim", src);
+  m.vocab_size = a.positive("vocab_size", -1);
+  m.d_model = a.positive("decoder_embed_dim", 768);
+  m.n_layers = a.positive("decoder_layers", 12);
+  m.ffn_dim = a.positive("decoder_ffn_embed_dim", 1280);
+  m.max_seq_len = a.positive("max_target_positions", 1024);
+  const int64_t heads = a.positive("decoder_retention_heads", 3);
+  const int64_t value_dim = a.positive("decoder_value_embed_dim", 1280);
   if (m.d_model % heads || (m.d_model / heads) % 2 || value_dim % heads)
     throw ModelError(
         src + ": decoder_retention_heads=" + std::to_string(heads) +

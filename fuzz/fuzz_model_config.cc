@@ -50,6 +50,8 @@ json rewrite(const json& in, const ModelConfig& c) {
   static const char* activation[] = {"relu", "gelu_tanh", "gelu", "silu"};
   static const char* ffn[] = {"mlp", "rwkv_channel_mix", "glu"};
   static const char* rope_style[] = {"half", "torchscale"};
+  static const char* group_norm[] = {"layernorm", "rmsnorm", "none"};
+  static const char* feature_map[] = {"elu", "relu", "identity", "elementwise_product"};
   json out = in;
   out["vocab_size"] = c.vocab_size;
   out["d_model"] = c.d_model;
@@ -83,7 +85,11 @@ json rewrite(const json& in, const ModelConfig& c) {
       if (k == "features") v = l.features;
       if (k == "value_dim") v = l.value_dim;
       if (k == "rope_style") v = rope_style[static_cast<int>(l.rope_style)];
-      if (k == "group_norm") v = norm[static_cast<int>(l.group_norm)];
+      if (k == "group_norm") v = group_norm[static_cast<int>(l.group_norm)];
+      if (k == "gn_weight") v = l.gn_weight;
+      if (k == "feature_map") v = feature_map[static_cast<int>(l.feature_map)];
+      if (k == "q_scale") v = l.q_scale;
+      if (k == "normalize") v = l.normalize;
       if (k == "decay_normalize") v = l.decay_normalize;
     }
   }
@@ -95,7 +101,8 @@ bool same_layer(const LayerConfig& a, const LayerConfig& b) {
          a.window == b.window && a.out_proj == b.out_proj && a.gn_eps == b.gn_eps &&
          a.eps == b.eps && a.features == b.features && a.value_dim == b.value_dim &&
          a.rope_style == b.rope_style && a.group_norm == b.group_norm &&
-         a.decay_normalize == b.decay_normalize;
+         a.decay_normalize == b.decay_normalize && a.gn_weight == b.gn_weight &&
+         a.feature_map == b.feature_map && a.q_scale == b.q_scale && a.normalize == b.normalize;
 }
 
 bool same(const ModelConfig& a, const ModelConfig& b) {

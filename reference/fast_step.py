@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from mixserve_ref.ffn import ACTIVATIONS
-from mixserve_ref.mixers.common import NEG_BIG, apply_rope, rms_norm, rope_angles
+from mixserve_ref.mixers.common import NEG_BIG, apply_rope, group_norm, rms_norm, rope_angles
 from mixserve_ref.mixers.retnet import decay_scale
 
 
@@ -156,10 +156,9 @@ class _RetNet:
         o = (q @ S)[:, :, 0]  # [B, n, m]
         if m.decay_normalize:
             o = o * self.rsqrt_scale[pos]
-        if m.group_norm == "rmsnorm":
-            o = rms_norm(o, self.gn_eps)
-        else:
-            o = F.layer_norm(o, (self.m,), eps=self.gn_eps)
+        o = group_norm(o, m.group_norm, self.gn_eps)
+        if m.gn is not None:
+            o = o * m.gn.weight
         return F.linear(F.silu(g) * o.reshape(B, m.dv), self.wo, self.bo)
 
 
@@ -168,6 +167,8 @@ class _LinearAttention:
         self.m, self.n, self.h, self.eps = m, m.n, m.h, m.eps
         self.wqkv, self.bqkv = _cat_linears(m.q, m.k, m.v)
         self.wo, self.bo = m.o.weight, m.o.bias
+        self.q_scale = m.n_features() ** -0.5 if m.q_scale else None
+        self.gn_weight = m.gn.weight if m.gn is not None else None
 
     def init_state(self, B):
         f = self.m.n_features()
@@ -176,12 +177,18 @@ class _LinearAttention:
     def step(self, x, st, pos):
         B, d = x.shape
         q, k, v = F.linear(x, self.wqkv, self.bqkv).view(B, 3, self.n, 1, self.h).unbind(1)
-        fq, fk = self.m.feature_map(q), self.m.feature_map(k)  # [B, n, 1, features]
+        fq, fk = self.m.feature_map(q, "q"), self.m.feature_map(k, "k")  # [B, n, 1, features]
+        if self.q_scale is not None:
+            fq = fq * self.q_scale
         st["S"].add_(fk.transpose(-1, -2) @ v)
         st["z"].add_(fk[:, :, 0])
-        num = fq @ st["S"]
-        den = (fq[:, :, 0] * st["z"]).sum(-1)[..., None, None] + self.eps
-        return F.linear((num / den).reshape(B, d), self.wo, self.bo)
+        o = fq @ st["S"]
+        if self.m.normalize:
+            o = o / ((fq[:, :, 0] * st["z"]).sum(-1)[..., None, None] + self.eps)
+        o = group_norm(o, self.m.group_norm, self.m.gn_eps)
+        if self.gn_weight is not None:
+            o = o * self.gn_weight
+        return F.linear(o.reshape(B, d), self.wo, self.bo)
 
 
 def _stack_bias(linears):

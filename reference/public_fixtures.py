@@ -8,13 +8,16 @@ given:
 
   /usr/bin/python3 reference/public_fixtures.py [--fla PATH [--commit SHA]]
       [--performer PATH [--performer-commit SHA]] [--aft-pytorch PATH [--aft-pytorch-commit SHA]]
-      [--labml PATH [--labml-commit SHA]] [--torchscale PATH [--torchscale-commit SHA]] [--out DIR]
+      [--labml PATH [--labml-commit SHA]] [--torchscale PATH [--torchscale-commit SHA]]
+      [--fla-models PATH [--fla-models-commit SHA]] [--out DIR]
 
   --fla          github.com/fla-org/flash-linear-attention   -> retention, linear_attn
   --performer    github.com/lucidrains/performer-pytorch     -> performer
   --aft-pytorch  github.com/rish-16/aft-pytorch              -> aft_full, aft_simple, aft_local_rish16
   --labml        github.com/labmlai/annotated_deep_learning_paper_implementations -> aft_local
   --torchscale   github.com/microsoft/torchscale  -> retnet_torchscale, retnet_torchscale_tied
+  --fla-models   github.com/fla-org/flash-linear-attention (the same repository as --fla, its models)
+                 -> retnet_fla, retnet_fla_tied_gqa, linear_attn_fla, linear_attn_fla_elu
 
 A path may be an extracted snapshot without .git (`git archive | tar -x`); then give its commit.
 
@@ -42,6 +45,18 @@ sys.modules only while that file loads, and nothing of it runs unless said here:
   loaded because architecture/utils.py imports it for init_bert_params, which RetNetDecoder does
   not call; its rearrange raises). xmoe's optional fairseq and tutel imports and the apex imports
   of feedforward_network.py and multihead_attention.py are guarded by torchscale's own try/except.
+- fla's models (--fla-models): RetNetForCausalLM and LinearAttentionForCausalLM need transformers,
+  triton, einops and a GPU. reference/fla_standins.py (next to this script; its docstring lists
+  each stand-in and what of it runs) puts stand-ins in sys.modules, and the few torch >= 2 names
+  fla uses on torch, only inside its `with`, in which the models are built and run: transformers'
+  PretrainedConfig / PreTrainedModel (attributes, post_init = the model's own _init_weights and the
+  head tie), triton's decorators (a launched kernel raises), einops' rearrange / repeat (a small
+  implementation of the patterns fla uses), empty fla package __init__s, and fla.utils and a few
+  fla modules that import triton; fla's four Triton launchers on these paths (layer norm, gated
+  norm, rotary, swiglu) are replaced by their math in torch after fla's file loads, and the
+  recurrent and chunked retention / linear-attention kernels by fla's own naive forms
+  (fla/ops/simple_gla/naive.py) under fla's own wrappers. Each fixture's provenance.json lists
+  fla's files and the stand-ins that ran.
 """
 import argparse
 import contextlib
@@ -57,6 +72,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "reference"))
+import fla_standins  # noqa: E402 (reference/fla_standins.py)
 from mixserve_ref import safetensors_io  # noqa: E402
 
 SCRIPT = "reference/public_fixtures.py"
@@ -388,12 +404,129 @@ def torchscale_fixtures(out, path, commit):
         print(f"{op}: parallel vs recurrent: max |diff| / max |logit| = {gap:.3g}")
 
 
+# ---- flash-linear-attention's models: RetNet and linear attention, whole models
+
+FLA_PROMPT, FLA_GREEDY = 72, 8  # 80 tokens: past fla's 64-token switch to its recurrent kernel
+FLA_MODELS = (
+    # name, model type, seed, config keywords (besides vocab 97, hidden 32, 2 layers, 4 heads), what it covers
+    ("retnet_fla", "retnet", 51, {},
+     "RetNet with fla's defaults: expand_v 2, the fused norm and gate, GatedMLP width from hidden_ratio 2"),
+    ("retnet_fla_tied_gqa", "retnet", 52, {"num_kv_heads": 2, "tie_word_embeddings": True, "fuse_norm": False,
+                                           "intermediate_size": 64},
+     "RetNet, 2 kv heads for 4 query heads, tied lm_head (not saved), fuse_norm false (attn.g_norm.weight)"),
+    ("linear_attn_fla", "linear_attn", 53, {"norm_eps": 1e-2},
+     "linear attention with fla's defaults: the elementwise_product (Hadamard) feature maps, no normalize, "
+     "GatedMLP width from hidden_ratio 4"),
+    ("linear_attn_fla_elu", "linear_attn", 54, {"norm_eps": 1e-2, "feature_map": "elu", "norm_feature_map": True,
+                                                "num_kv_heads": 2, "tie_word_embeddings": True,
+                                                "intermediate_size": 64},
+     "linear attention, elu + 1 features, normalize, 2 kv heads for 4 query heads, tied lm_head (not saved)"),
+)
+
+
+def fla_randomize(model, gen):
+    """After fla's own initialisation (std 0.02 projections; norm weights 1; Hadamard maps' biases
+    0): every norm weight (block norms, the final norm, RetNet's group norm, linear attention's
+    output norm) 1 + 0.2 N(0, 1), so that a loader dropping one fails; the Hadamard feature maps'
+    Linears N(0, 1/h) weights and 0.5 N(0, 1) biases, so that the features are not ~1e-5 and the
+    output norm's eps does not hide the layer."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("norm_swish_gate.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif ".feature_map_" in name:
+                scale = p.shape[-1] ** -0.5 if name.endswith(".weight") else 0.5
+                p.copy_(scale * torch.randn(p.shape, generator=gen))
+
+
+def fla_models_fixtures(out, path, commit):
+    url = "https://github.com/fla-org/flash-linear-attention"
+    vocab = 97
+    with fla_standins.loaded(path) as fla:
+        for op, kind, seed, extra, covers in FLA_MODELS:
+            fla_standins.USED.clear()
+            if kind == "retnet":
+                conf_cls, model_cls, arch = (fla["configuration_retnet"].RetNetConfig,
+                                             fla["modeling_retnet"].RetNetForCausalLM, "RetNetForCausalLM")
+            else:
+                conf_cls, model_cls, arch = (fla["configuration_linear_attn"].LinearAttentionConfig,
+                                             fla["modeling_linear_attn"].LinearAttentionForCausalLM,
+                                             "LinearAttentionForCausalLM")
+            kwargs = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_heads=4, **extra)
+            torch.manual_seed(seed)  # fla's own initialisation (post_init -> _init_weights)
+            model = model_cls(conf_cls(**kwargs)).eval()
+            gen = torch.Generator().manual_seed(seed)
+            fla_randomize(model, gen)
+            tokens = torch.randint(0, vocab, (1, FLA_PROMPT), generator=gen)
+            margins = []
+            with torch.no_grad():
+                for _ in range(FLA_GREEDY):  # fla's forward on the prefix (its default kernel past 64 tokens)
+                    last = model(input_ids=tokens, use_cache=False).logits[0, -1]
+                    top = last.topk(2).values
+                    margins.append((top[0] - top[1]).item())
+                    tokens = torch.cat([tokens, last.argmax().view(1, 1)], 1)
+                logits_parallel = model(input_ids=tokens, use_cache=False).logits[0]
+                modes = {layer.attn.mode for layer in model.model.layers}
+                for layer in model.model.layers:
+                    layer.attn.mode = "fused_recurrent"
+                logits_recurrent = model(input_ids=tokens, use_cache=False).logits[0]
+            greedy = tokens[0, FLA_PROMPT:]
+            for logits in (logits_parallel, logits_recurrent):
+                assert torch.equal(logits[FLA_PROMPT - 1:-1].argmax(-1), greedy), op
+            model_dir = os.path.join(out, op, "model")
+            os.makedirs(model_dir, exist_ok=True)
+            config = model.config.to_dict()
+            if config.get("pad_token_id") is None:  # save_pretrained's diff leaves the default out
+                config.pop("pad_token_id", None)
+            config["architectures"] = [arch]
+            with open(os.path.join(model_dir, "config.json"), "w") as f:
+                json.dump(config, f, indent=2, sort_keys=True)
+                f.write("\n")
+            state = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+            if config["tie_word_embeddings"]:
+                assert model.lm_head.weight is model.model.embeddings.weight
+                del state["lm_head.weight"]  # as transformers' save_pretrained leaves a tied weight out
+            safetensors_io.save(state, os.path.join(model_dir, "model.safetensors"), {"format": "pt"})
+            expected = {"tokens": tokens[0].to(torch.int32), "greedy": greedy.to(torch.int32),
+                        "logits_parallel": logits_parallel.contiguous(),
+                        "logits_recurrent": logits_recurrent.contiguous()}
+            gap = (logits_parallel - logits_recurrent).abs().max().item() / logits_recurrent.abs().max().item()
+            model_file = f"fla/models/{kind}/modeling_{kind}.py"
+            write(out, op, expected, source(
+                url, commit, model_file, {
+                    "model": f"torch.manual_seed({seed}); {arch}({conf_cls.__name__}(**model/config.json)).eval() "
+                             "(fla's _init_weights: projections N(0, 0.02), norm weights 1), then "
+                             "public_fixtures.fla_randomize with torch.Generator().manual_seed"
+                             f"({seed}): every norm weight 1 + 0.2 N(0, 1)"
+                             + ("; the feature maps' Linears N(0, 1/h) weights, 0.5 N(0, 1) biases"
+                                if kind == "linear_attn" and config["feature_map"] == "elementwise_product" else ""),
+                    "tokens": f"{FLA_PROMPT} ids from the same generator's randint, then the {FLA_GREEDY} greedy ids",
+                    "greedy": f"greedy[i] = argmax model(input_ids=tokens[:, :{FLA_PROMPT} + i], "
+                              "use_cache=False).logits[0, -1] (its attn_mode kernel), fed back",
+                    "logits_parallel": f"model(input_ids=tokens, use_cache=False).logits[0] with attn_mode "
+                                       f"{sorted(modes)[0]} (the config's; chunked, 64-token chunks)",
+                    "logits_recurrent": "the same with every layer's attn.mode = 'fused_recurrent' (token by token)"},
+                "model/config.json: the config's to_dict() as save_pretrained writes it (architectures added, "
+                "pad_token_id null left out); model/model.safetensors: model.state_dict() under fla's names, F32"
+                + (", lm_head.weight left out (tied)" if config["tie_word_embeddings"] else "")
+                + "; tokens, greedy I32 [T], [8]; logits_* F32 [T, vocab], T = 80",
+                covers=covers, config=kwargs, files=[rel for _, rel in fla_standins.FILES],
+                parallel_vs_recurrent=f"max |diff| / max |logit| = {gap:.3g}",
+                greedy_top2_margins=[round(m, 6) for m in margins],
+                max_abs_logit=round(logits_recurrent.abs().max().item(), 6),
+                stand_ins="reference/fla_standins.py (its docstring says what each replaces); called here: "
+                          + "; ".join(fla_standins.USED)),
+                file="expected.safetensors")
+            print(f"{op}: parallel vs recurrent {gap:.3g}; greedy margins min {min(margins):.3g}")
+
+
 REPOS = (  # option, what to clone, what it writes
     ("fla", "commit", "github.com/fla-org/flash-linear-attention", fla_fixtures),
     ("performer", "performer_commit", "github.com/lucidrains/performer-pytorch", performer_fixtures),
     ("aft_pytorch", "aft_pytorch_commit", "github.com/rish-16/aft-pytorch", aft_pytorch_fixtures),
     ("labml", "labml_commit", "github.com/labmlai/annotated_deep_learning_paper_implementations", labml_fixtures),
     ("torchscale", "torchscale_commit", "github.com/microsoft/torchscale", torchscale_fixtures),
+    ("fla_models", "fla_models_commit", "github.com/fla-org/flash-linear-attention", fla_models_fixtures),
 )
 
 

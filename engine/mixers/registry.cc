@@ -21,13 +21,13 @@ constexpr MixerKindInfo kMixers[] = {
     {MixerKind::kAftSimple, "aft_simple", {}, 0, false, aft_weights, aft_state, aft_cost, make_cpu_aft},
     {MixerKind::kAftLocal, "aft_local", {"window"}, 32, false, aft_weights, aft_state, aft_cost, make_cpu_aft},
     {MixerKind::kAftFull, "aft_full", {}, 0, false, aft_weights, aft_state, aft_cost, make_cpu_aft},
-    {MixerKind::kRetnet, "retnet", {"heads", "rope_base", "gn_eps", "value_dim", "rope_style", "group_norm", "decay_normalize"}, 0, true, retnet_weights, retnet_state, retnet_cost, make_cpu_retnet},
+    {MixerKind::kRetnet, "retnet", {"heads", "rope_base", "gn_eps", "value_dim", "rope_style", "group_norm", "decay_normalize", "gn_weight"}, 0, true, retnet_weights, retnet_state, retnet_cost, make_cpu_retnet},
     {MixerKind::kShe, "she", {"window", "out_proj"}, 0, false, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
     {MixerKind::kHe, "he", {"window", "out_proj"}, 0, false, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
     {MixerKind::kWe, "we", {"window", "out_proj"}, 0, false, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
     {MixerKind::kMe, "me", {"window"}, 0, false, extractor_weights, extractor_state, extractor_cost, make_cpu_extractor},
     {MixerKind::kRwkv, "rwkv", {}, 0, false, rwkv_weights, rwkv_state, rwkv_cost, make_cpu_rwkv},
-    {MixerKind::kLinear, "linear", {"heads", "eps"}, 0, false, linear_weights, linear_state, linear_cost, make_cpu_linear},
+    {MixerKind::kLinear, "linear", {"heads", "eps", "feature_map", "q_scale", "normalize", "group_norm", "gn_eps", "gn_weight"}, 0, false, linear_weights, linear_state, linear_cost, make_cpu_linear},
     {MixerKind::kPerformer, "performer", {"heads", "features", "eps"}, 0, false, linear_weights, linear_state, linear_cost, make_cpu_linear},
 };
 // clang-format on

@@ -27,7 +27,7 @@ struct MixerKindInfo {
   MixerKind kind;
   const char* name;  // config.json's "mixer"
   // The layer keys it takes besides "mixer" (docs/model-format.md), nullptr past the last.
-  std::array<const char*, 7> params;
+  std::array<const char*, 9> params;
   int64_t default_window;  // a window absent from config.json: this; 0 means max_seq_len
   bool always_rotates;     // RoPE whatever the config says (RetNet): head sizes must be even
   // Tensors under "layers.{i}.mixer." (relative names such as "q.weight").

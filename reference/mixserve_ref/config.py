@@ -92,12 +92,14 @@ class ModelConfig:
             dv = l.get("value_dim")
             if dv is not None and (not isinstance(dv, int) or dv <= 0 or dv % l["heads"]):
                 raise ConfigError(f"layers[{i}].value_dim={dv!r} must be a positive multiple of heads={l['heads']}")
-            if l.get("rope_style", "half") not in ("half", "torchscale"):
-                raise ConfigError(f"layers[{i}].rope_style must be half or torchscale, got {l['rope_style']!r}")
-            if l.get("group_norm", "layernorm") not in ("layernorm", "rmsnorm"):
-                raise ConfigError(f"layers[{i}].group_norm must be layernorm or rmsnorm, got {l['group_norm']!r}")
-            if not isinstance(l.get("decay_normalize", False), bool):
-                raise ConfigError(f"layers[{i}].decay_normalize must be true or false")
+            for key, allowed in _TABLE[l["mixer"]].choices.items():
+                v = l[key]
+                if isinstance(allowed[0], bool):
+                    if not isinstance(v, bool):
+                        raise ConfigError(f"layers[{i}].{key} must be true or false, got {v!r}")
+                elif v not in allowed:
+                    raise ConfigError(f"layers[{i}].{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}, "
+                                      f"got {v!r}")
 
     def head_dim(self, i):
         return self.d_model // self.layers[i].get("heads", 1)

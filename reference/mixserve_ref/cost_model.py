@@ -45,3 +45,19 @@ def sigmoid(size):
 def rope(size):
     """x·cos + rotate_half(x)·sin (the angles are constants of the position)."""
     return Cost(mul=2 * size, add=size)
+
+
+def group_norm(m, kind):
+    """One head's group norm over its m values (part of the mixer, so counted, unlike the block's
+    norms), with its path. layernorm: mean (m − 1 add, 1 div), centre (m add), variance (m mul,
+    m − 1 add, 1 div), + ε (1 add), (var + ε)^{−1/2} (1 exp), normalise (m mul); rmsnorm: square
+    (m mul), Σ (m − 1 add), ÷m (1 div), + ε (1 add), rsqrt (1 exp), normalise (m mul); none: nothing."""
+    if kind == "rmsnorm":
+        return (Cost(mul=m, add=m - 1, div=1) + Cost(add=1) + Cost(exp=1) + Cost(mul=m)).with_path(
+            "mul-cum-div-cum-exp-mul")
+    if kind == "layernorm":
+        return (Cost(add=m - 1, div=1) + Cost(add=m) + Cost(mul=m, add=m - 1, div=1) + Cost(add=1) + Cost(exp=1)
+                + Cost(mul=m)).with_path("cum-div-cum-mul-cum-div-cum-exp-mul")
+    if kind == "none":
+        return Cost()
+    raise ValueError(f"unknown group norm {kind!r}")

@@ -97,13 +97,14 @@ class Model(nn.Module):
         self.reset_parameters(init_std)
 
     def reset_parameters(self, std):
-        """The Extractor paper's rule: weights N(0, std), biases 0, norms 1/0; AFT pair biases 0;
-        RWKV's time parameters as RWKV-4 initialises them; Performer features stay as drawn."""
+        """The Extractor paper's rule: weights N(0, std), biases 0, norms 1/0 (a mixer's group-norm
+        weight `mixer.gn.weight` 1); AFT pair biases 0; RWKV's time parameters as RWKV-4 initialises
+        them; Performer features stay as drawn."""
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
             if not p.requires_grad:
                 continue
-            if ".ln" in name or name.startswith(("norm_f", "embed_norm")):
+            if ".ln" in name or name.startswith(("norm_f", "embed_norm")) or name.endswith(".mixer.gn.weight"):
                 nn.init.ones_(p) if leaf == "weight" else nn.init.zeros_(p)
             elif leaf in ("bias", "pos_bias"):
                 nn.init.zeros_(p)
@@ -180,3 +181,13 @@ class Model(nn.Module):
                 raise ValueError(f"{path}: tensor {k} has shape {list(v.shape)}, expected {list(expected[k].shape)}")
         model.load_state_dict({k: v.float() for k, v in tensors.items()})
         return model.eval()
+
+
+def drop_tied_head(cfg, tensors, error):
+    """An imported checkpoint of a tied model may hold its head (head.weight) as well: it must be
+    the embedding itself, and is dropped; `error` is the ValueError's message otherwise."""
+    if cfg.tie_embeddings and "head.weight" in tensors:
+        head = tensors.pop("head.weight")
+        if "embed.weight" in tensors and not torch.equal(head, tensors["embed.weight"]):
+            raise ValueError(error)
+    return tensors

@@ -36,7 +36,8 @@ def random_config(kinds, gen, d=16, vocab=61, max_seq_len=40, **overrides):
 
 
 def randomize(model, gen, scale=1.0):
-    """Give every parameter a non-trivial value (norm gains ≠ 1, biases ≠ 0, weights ~ 1/sqrt(fan_in))
+    """Give every parameter a non-trivial value (norm gains ≠ 1, group-norm weights too, biases ≠ 0
+    (the Hadamard feature maps' too), weights ~ 1/sqrt(fan_in))
     so that a backend that drops or mis-indexes any term fails the comparison."""
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -46,7 +47,7 @@ def randomize(model, gen, scale=1.0):
                 p.copy_(torch.randn(p.shape, generator=gen) * scale / fan_in ** 0.5)
             elif leaf == "features":
                 continue  # already a proper FAVOR+ draw
-            elif ".ln" in name or name.startswith(("norm_f", "embed_norm")):
+            elif ".ln" in name or name.startswith(("norm_f", "embed_norm")) or name.endswith(".mixer.gn.weight"):
                 p.copy_((1.0 if leaf == "weight" else 0.0) + 0.2 * torch.randn(p.shape, generator=gen))
             elif leaf.startswith("time_mix"):
                 p.copy_(torch.rand(p.shape, generator=gen))

@@ -12,13 +12,11 @@ import json
 import math
 import os
 
-import torch
-
 from . import safetensors_io
 from .config import ModelConfig
 from .mixers.common import pair_thetas
 from .mixers.retnet import gammas
-from .model import Model
+from .model import Model, drop_tied_head
 
 # RetNetConfig's defaults (torchscale/architecture/config.py, commit 4d1e0e8): a key missing from
 # config.json means what it means to torchscale.
@@ -149,12 +147,8 @@ def tensors_from_torchscale(state_dict, cfg):
             raise ValueError(f"torchscale checkpoint: {name} is not the schedule the config implies "
                              f"(decoder_embed_dim/decoder_retention_heads; got {got.tolist()}, "
                              f"expected {want.tolist()})")
-    if cfg.tie_embeddings and "head.weight" in out:
-        head = out.pop("head.weight")
-        if "embed.weight" in out and not torch.equal(head, out["embed.weight"]):
-            raise ValueError("torchscale checkpoint: share_decoder_input_output_embed is true but "
-                             "output_projection.weight differs from embed_tokens.weight")
-    return out
+    return drop_tied_head(cfg, out, "torchscale checkpoint: share_decoder_input_output_embed is true but "
+                                    "output_projection.weight differs from embed_tokens.weight")
 
 
 def load_dir(path):

@@ -188,6 +188,43 @@ def test_retnet_torchscale_switches(d, n, dv):
     assert param_count({"mixer": "retnet", "heads": n}, d, 10) == 5 * d * d
 
 
+@pytest.mark.parametrize("d,n", [(8, 1), (16, 4), (64, 8), (32, 2)])
+def test_fla_switches(d, n):
+    """linear's feature_map, q_scale, normalize, group_norm, gn_weight and RetNet's gn_weight
+    (docs/cost-model.md): each changes the defaults' counts by its own terms."""
+    h = d // n
+    base = {"mixer": "linear", "heads": n}
+    plain = counts(token_cost(base, d, 5))
+
+    def delta(**switch):
+        return tuple(a - b for a, b in zip(counts(token_cost({**base, **switch}, d, 5)), plain))
+    assert delta(feature_map="relu") == delta(feature_map="identity") == (0, -2 * d, 0, -2 * d)  # no elu + 1
+    # two h×h products per head for q and for k, and their ⊙, instead of elu + 1
+    assert delta(feature_map="elementwise_product") == (4 * d * h + 2 * d, 4 * d * (h - 1) - 2 * d, 0, -2 * d)
+    assert delta(q_scale=True) == (0, 0, d, 0)
+    assert delta(normalize=False) == (-d, -d, -d, 0)  # no φ(q)·z, + ε, division; z += φ(k) stays
+    assert delta(group_norm="rmsnorm") == (2 * d, d, n, n)
+    assert delta(group_norm="layernorm") == (2 * d, 3 * d - n, 2 * n, n)
+    assert delta(gn_weight=True) == (d, 0, 0, 0)
+    fla = dict(feature_map="elementwise_product", q_scale=True, normalize=False, group_norm="rmsnorm", gn_weight=True)
+    parts = [delta(**{k: v}) for k, v in fla.items()]
+    assert delta(**fla) == tuple(sum(p[i] for p in parts) for i in range(4))
+    assert token_cost({**base, "feature_map": "relu"}, d, 5).critical_path == "mul-cum-mul-cum-mul-cum-div-mul-cum"
+    assert token_cost({**base, **fla}, d, 5).critical_path == (
+        "mul-cum-mul-cum-mul-mul-cum-mul-cum-mul-cum-div-cum-exp-mul-mul-mul-cum")
+    assert token_cost({**base, **fla, "feature_map": "elu", "normalize": True}, d, 5).critical_path == (
+        "mul-cum-exp-cum-mul-cum-mul-cum-div-mul-cum-div-cum-exp-mul-mul-mul-cum")
+    assert token_cost({**base, "q_scale": True}, d, 5).critical_path == token_cost(base, d, 5).critical_path
+    assert param_count({**base, **fla}, d, 10) == 4 * d * d + 4 * h * h + h
+    assert param_count(base, d, 10) == 4 * d * d
+    # RetNet's group-norm weight: dv mul after the norm, dv/n parameters
+    retnet = {"mixer": "retnet", "heads": n, "value_dim": 2 * d, "group_norm": "rmsnorm"}
+    a, b = token_cost(retnet, d, 5), token_cost({**retnet, "gn_weight": True}, d, 5)
+    assert counts(b) == (a.mul + 2 * d, a.add, a.div, a.exp)
+    assert b.critical_path == a.critical_path.replace("-exp-mul-mul-mul-cum", "-exp-mul-mul-mul-mul-cum")
+    assert param_count({**retnet, "gn_weight": True}, d, 10) == param_count(retnet, d, 10) + 2 * d // n
+
+
 def test_performer_features_default_to_the_head_size():
     assert token_cost({"mixer": "performer", "heads": 4}, 32, 1) == token_cost(
         {"mixer": "performer", "heads": 4, "features": 8}, 32, 1)

@@ -53,6 +53,19 @@ class FastStepEqualsStep(unittest.TestCase):
                            norm="rmsnorm", norm_eps=1e-6, ffn="glu", activation=activation, embed_norm=True)
         self.check(["retnet"], 6, layers=[{"mixer": "retnet", "heads": 2, "value_dim": 8}], activation="gelu")
 
+    def test_fla_conventions(self):
+        """RetNet's group-norm weight; linear attention's feature maps, q scale, normalize, group norms."""
+        layers = [{"mixer": "retnet", "heads": 4, "value_dim": 64, "group_norm": "rmsnorm", "gn_weight": True,
+                   "gn_eps": 1e-6},
+                  {"mixer": "linear", "heads": 2, "feature_map": "elementwise_product", "q_scale": True,
+                   "normalize": False, "group_norm": "rmsnorm", "gn_weight": True, "gn_eps": 1e-2},
+                  {"mixer": "linear", "heads": 4, "feature_map": "elu", "q_scale": True, "eps": 1e-10,
+                   "group_norm": "layernorm", "gn_weight": True},
+                  {"mixer": "linear", "heads": 2, "feature_map": "relu", "group_norm": "rmsnorm"},
+                  {"mixer": "linear", "heads": 1, "feature_map": "identity", "normalize": False, "gn_weight": True}]
+        self.check(["retnet", "linear", "linear", "linear", "linear"], 8, d=32, layers=layers, norm="rmsnorm",
+                   ffn="glu", activation="silu", bias=False, position="none")
+
     def test_hybrid_batch_one(self):
         self.check(["attention", "aft_local", "she", "rwkv", "performer"], 7, batch=1, position="none",
                    embed_norm=True)

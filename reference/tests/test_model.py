@@ -103,16 +103,21 @@ TORCHSCALE_RETNET = {"mixer": "retnet", "heads": 2, "value_dim": 24, "rope_style
                      "group_norm": "rmsnorm", "decay_normalize": True, "gn_eps": 1e-6}
 
 
+def small_random_model(layers, seed=0, **kw):
+    """A float64 model of these layers (d 16, vocab 23) with randomize()'s weights, and its generator."""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = ModelConfig(vocab_size=23, d_model=16, n_layers=len(layers), ffn_dim=20, max_seq_len=24,
+                      layers=layers, **kw)
+    torch.manual_seed(seed)
+    return randomize(Model(cfg), gen).double(), gen
+
+
 class TorchscaleConventions(unittest.TestCase):
     """The switches of docs/mixers.md ("RetNet as torchscale writes it"): each form agrees with the
     other, and each switch computes the formula docs/model-format.md gives."""
 
     def model(self, layers, seed=0, **kw):
-        gen = torch.Generator().manual_seed(seed)
-        cfg = ModelConfig(vocab_size=23, d_model=16, n_layers=len(layers), ffn_dim=20, max_seq_len=24,
-                          layers=layers, **kw)
-        torch.manual_seed(seed)
-        return randomize(Model(cfg), gen).double(), gen
+        return small_random_model(layers, seed, **kw)
 
     def test_parallel_equals_recurrent_in_float64(self):
         for i, (layers, kw) in enumerate([
@@ -203,6 +208,100 @@ class TorchscaleConventions(unittest.TestCase):
         self.assertEqual(cfg.to_dict()["layers"][0]["rope_style"], "torchscale")
 
 
+FLA_LINEAR = {"mixer": "linear", "heads": 2, "feature_map": "elementwise_product", "q_scale": True,
+              "normalize": False, "group_norm": "rmsnorm", "gn_weight": True, "gn_eps": 1e-2}
+
+
+class FlaConventions(unittest.TestCase):
+    """flash-linear-attention's switches (docs/model-format.md): RetNet's gn_weight; linear's
+    feature_map, q_scale, normalize, group_norm, gn_eps, gn_weight. Each form agrees with the other,
+    and each switch computes the formula docs/model-format.md gives."""
+
+    def model(self, layers, seed=0, **kw):
+        return small_random_model(layers, seed, **kw)
+
+    def test_parallel_equals_recurrent_in_float64(self):
+        linear = [dict(FLA_LINEAR, feature_map=f, q_scale=q, normalize=nz, group_norm=g, gn_weight=w)
+                  for f, q, nz, g, w in (("elementwise_product", True, False, "rmsnorm", True),
+                                         ("elementwise_product", False, True, "layernorm", False),
+                                         ("elu", True, True, "rmsnorm", True), ("relu", False, False, "none", True),
+                                         ("identity", True, False, "layernorm", True), ("elu", False, True, "none", False))]
+        retnet = {"mixer": "retnet", "heads": 2, "value_dim": 24, "group_norm": "rmsnorm", "gn_weight": True}
+        for i, layers in enumerate([linear[:3], linear[3:], [retnet, dict(retnet, group_norm="layernorm", heads=4)]]):
+            model, gen = self.model(layers, seed=i, norm="rmsnorm", ffn="glu", activation="silu", bias=False)
+            tokens = torch.randint(0, 23, (2, 20), generator=gen)
+            par, rec, states = run_both(model, tokens)
+            self.assertLess((par - rec).abs().max().item(), 1e-9, layers)
+            self.assertGreater(par.std().item(), 0.1)
+
+    def test_tensors(self):
+        model, _ = self.model([FLA_LINEAR, {"mixer": "retnet", "heads": 4, "value_dim": 32, "gn_weight": True},
+                               {"mixer": "linear", "heads": 2}], bias=False)
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items() if ".mixer." in k}
+        self.assertEqual({k: v for k, v in shapes.items() if k.startswith("layers.0.")},
+                         {**{f"layers.0.mixer.{p}.weight": (16, 16) for p in "qkvo"},
+                          **{f"layers.0.mixer.{f}.weight": (8, 8) for f in ("fq1", "fq2", "fk1", "fk2")},
+                          **{f"layers.0.mixer.{f}.bias": (8,) for f in ("fq1", "fq2", "fk1", "fk2")},
+                          "layers.0.mixer.gn.weight": (8,)})  # the maps' biases whatever `bias` says
+        self.assertEqual(shapes["layers.1.mixer.gn.weight"], (8,))  # value_dim / heads
+        self.assertEqual({k for k in shapes if k.startswith("layers.2.")}, {f"layers.2.mixer.{p}.weight" for p in "qkvo"})
+        fresh = Model(model.cfg)  # the paper's initialisation: the group norms' weights start at 1
+        self.assertTrue(torch.equal(fresh.layers[0].mixer.gn.weight, torch.ones(8)))
+        self.assertGreater((model.layers[0].mixer.gn.weight - 1).abs().min().item(), 0)  # randomize changes them
+
+    def test_linear_switches_compute_the_formula(self):
+        for layer in (FLA_LINEAR, dict(FLA_LINEAR, feature_map="elu", normalize=True, eps=1e-10),
+                      dict(FLA_LINEAR, feature_map="relu", q_scale=False, group_norm="layernorm"),
+                      dict(FLA_LINEAR, feature_map="identity", group_norm="none", gn_weight=False)):
+            model, gen = self.model([layer], seed=5, bias=False)
+            mixer, x = model.layers[0].mixer, torch.randn(1, 20, 16, dtype=torch.float64, generator=gen)
+            heads = lambda t: t.view(1, 20, 2, 8).transpose(1, 2)  # noqa: E731 [1, n, T, h]
+            q, k, v = heads(mixer.q(x)), heads(mixer.k(x)), heads(mixer.v(x))
+            phi = {"elu": lambda t, _: torch.nn.functional.elu(t) + 1, "relu": lambda t, _: torch.relu(t),
+                   "identity": lambda t, _: t,
+                   "elementwise_product": lambda t, w: (getattr(mixer, w + "1")(t) * getattr(mixer, w + "2")(t))}
+            fq, fk = phi[layer["feature_map"]](q, "fq"), phi[layer["feature_map"]](k, "fk")
+            if layer["q_scale"]:
+                fq = fq / math.sqrt(8)
+            a = (fq @ fk.transpose(-1, -2)).tril()
+            o = a @ v
+            if layer["normalize"]:
+                o = o / (a.sum(-1, keepdim=True) + layer.get("eps", 1e-6))
+            if layer["group_norm"] == "rmsnorm":
+                o = o / (o.pow(2).mean(-1, keepdim=True) + 1e-2).sqrt()
+            elif layer["group_norm"] == "layernorm":
+                o = (o - o.mean(-1, keepdim=True)) / (o.var(-1, unbiased=False, keepdim=True) + 1e-2).sqrt()
+            if layer["gn_weight"]:
+                o = o * mixer.gn.weight
+            with torch.no_grad():
+                torch.testing.assert_close(mixer(x), mixer.o(o.transpose(1, 2).reshape(1, 20, 16)))
+
+    def test_retnet_gn_weight_multiplies_after_the_group_norm(self):
+        layer = {"mixer": "retnet", "heads": 2, "value_dim": 24, "group_norm": "rmsnorm", "gn_weight": True,
+                 "gn_eps": 1e-6}
+        model, gen = self.model([layer], seed=3)
+        mixer, x = model.layers[0].mixer, torch.randn(1, 20, 16, dtype=torch.float64, generator=gen)
+        from mixserve_ref.mixers.retnet import retention
+        with torch.no_grad():
+            q, k, v = mixer._qkv(x, torch.arange(20))
+            o = retention(q, k, v, mixer.gamma)
+            o = o / (o.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * mixer.gn.weight  # [12] shared by both heads
+            want = mixer.o(torch.nn.functional.silu(mixer.g(x)) * o.transpose(1, 2).reshape(1, 20, 24))
+            torch.testing.assert_close(mixer(x), want)
+
+    def test_new_keys_are_written_only_when_set(self):
+        base = dict(vocab_size=10, d_model=8, n_layers=1, ffn_dim=16, max_seq_len=8)
+        plain = ModelConfig(layers=[{"mixer": "linear", "heads": 2}], **base).to_dict()["layers"][0]
+        self.assertEqual(plain, {"mixer": "linear", "heads": 2, "eps": 1e-6})
+        plain = ModelConfig(layers=[{"mixer": "retnet", "heads": 2}], **base).to_dict()["layers"][0]
+        self.assertEqual(plain, {"mixer": "retnet", "heads": 2, "rope_base": 10000.0, "gn_eps": 1e-5})
+        cfg = ModelConfig(layers=[FLA_LINEAR], **base)
+        self.assertEqual(ModelConfig.from_dict(cfg.to_dict()), cfg)
+        self.assertEqual(cfg.to_dict()["layers"][0], FLA_LINEAR | {"eps": 1e-6})
+        with self.assertRaisesRegex(ConfigError, "unknown keys"):  # not a performer switch
+            ModelConfig(layers=[{"mixer": "performer", "feature_map": "elu"}], **base)
+
+
 class Format(unittest.TestCase):
     def test_save_load_roundtrip(self):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -237,6 +336,12 @@ class Format(unittest.TestCase):
                             ([{"mixer": "retnet", "rope_style": "pairs"}], "rope_style"),
                             ([{"mixer": "retnet", "group_norm": "batchnorm"}], "group_norm"),
                             ([{"mixer": "retnet", "decay_normalize": 1}], "decay_normalize"),
+                            ([{"mixer": "retnet", "gn_weight": 1}], "gn_weight"),
+                            ([{"mixer": "linear", "feature_map": "hedgehog"}], "feature_map"),
+                            ([{"mixer": "linear", "group_norm": "groupnorm"}], "group_norm"),
+                            ([{"mixer": "linear", "q_scale": "yes"}], "q_scale"),
+                            ([{"mixer": "linear", "normalize": 0}], "normalize"),
+                            ([{"mixer": "linear", "gn_weight": None}], "gn_weight"),
                             ([], "n_layers")]:
             with self.subTest(msg=msg), self.assertRaisesRegex(ConfigError, msg):
                 ModelConfig(layers=layers, **base)

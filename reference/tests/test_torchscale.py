@@ -41,7 +41,8 @@ def test_defaults_are_retnetconfigs():
     assert (cfg.bias, cfg.head_bias, cfg.tie_embeddings, cfg.embed_norm, cfg.embed_scale) == (
         False, False, False, False, 1.0)
     assert cfg.layers == [{"mixer": "retnet", "heads": 3, "rope_base": 10000.0, "gn_eps": 1e-6, "value_dim": 1536,
-                           "rope_style": "torchscale", "group_norm": "rmsnorm", "decay_normalize": True}] * 12
+                           "rope_style": "torchscale", "group_norm": "rmsnorm", "decay_normalize": True,
+                           "gn_weight": False}] * 12
 
 
 def test_keys_map_to_ours():

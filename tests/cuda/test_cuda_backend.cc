@@ -180,7 +180,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenCuda, ::testing::ValuesIn(golden_names(
 TEST(CudaBackend, TorchscaleRetnetGivesTorchscalesLogitsAndTokens) {
   SKIP_WITHOUT_GPU();
   for (const char* name : {"retnet_torchscale", "retnet_torchscale_tied"}) {
-    const TorchscaleExpected x = load_torchscale_expected(name);
+    const PublicModelExpected x = load_public_model_expected(name);
     LoadedModel m = load_model_dir(x.model_dir);
     CudaBackendOptions o;
     o.pool_bytes = 8 << 20;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -180,13 +181,17 @@ TEST_P(QuantizedCpu, DecodeEqualsPrefillAndRowsDoNotDependOnTheBatch) {
     err2 += (logits[i] - want[i]) * double{logits[i] - want[i]};
     norm2 += want[i] * double{want[i]};
   }
-  // retnet_torchscale's random weights make it far more sensitive: the reference in float64 with
-  // its projections rounded per row to the int8 / int4 grids moves its logits by 0.054 / 0.64
-  // (2026-11-27; the other fixtures 0.012 / 0.17–0.19), and this backend's groups give 0.034 /
-  // 0.75, so its bounds are wider; the dequantization it runs is the one the others check.
-  const bool sensitive = name == "retnet_torchscale";
-  const double bound =
-      format == WeightFormat::kInt8 ? (sensitive ? 0.08 : 0.025) : (sensitive ? 1.0 : 0.35);
+  // Fixtures whose random weights make them far more sensitive than the rest: the reference in
+  // float64 with its projections rounded per row to the int8 / int4 grids moves their logits by
+  // this much (2026-11-27; the other fixtures 0.012–0.022 / 0.17–0.35), so their bounds are 1.6
+  // times that; the dequantization they run is the one the others check (this backend's groups:
+  // retnet_torchscale 0.034 / 0.75, retnet_fla 0.034 / 0.53).
+  static const std::map<std::string, std::pair<double, double>> sensitive = {
+      {"retnet_torchscale", {0.054, 0.64}}, {"retnet_fla", {0.032, 0.56}}};
+  const auto it = sensitive.find(name);
+  const bool int8 = format == WeightFormat::kInt8;
+  const double bound = it == sensitive.end() ? (int8 ? 0.025 : 0.35)
+                                             : 1.6 * (int8 ? it->second.first : it->second.second);
   EXPECT_LT(std::sqrt(err2 / norm2), bound) << "relative error of the prefill logits";
   run.alloc.release(seq);
 }

@@ -81,7 +81,15 @@ TEST(ModelConfig, ParsesEveryKeyAndMixer) {
                     {{"mixer", "we"}, {"window", 128}},
                     {{"mixer", "me"}, {"window", 18}},
                     {{"mixer", "rwkv"}},
-                    {{"mixer", "linear"}, {"heads", 2}, {"eps", 1e-3}},
+                    {{"mixer", "linear"},
+                     {"heads", 2},
+                     {"eps", 1e-3},
+                     {"feature_map", "elementwise_product"},
+                     {"q_scale", true},
+                     {"normalize", false},
+                     {"group_norm", "rmsnorm"},
+                     {"gn_eps", 1e-2},
+                     {"gn_weight", true}},
                     {{"mixer", "performer"}, {"heads", 4}, {"features", 64}, {"eps", 1e-4}}}}};
   const ModelConfig c = parse_model_config(j.dump());
   EXPECT_EQ(c.vocab_size, 5000);
@@ -120,6 +128,12 @@ TEST(ModelConfig, ParsesEveryKeyAndMixer) {
   EXPECT_EQ(c.layers[6].window, 1);
   EXPECT_EQ(c.layers[7].window, 128);
   EXPECT_EQ(c.layers[10].eps, 1e-3f);
+  EXPECT_EQ(c.layers[10].feature_map, FeatureMap::kElementwiseProduct);
+  EXPECT_TRUE(c.layers[10].q_scale);
+  EXPECT_FALSE(c.layers[10].normalize);
+  EXPECT_EQ(c.layers[10].group_norm, NormKind::kRmsNorm);
+  EXPECT_EQ(c.layers[10].gn_eps, 1e-2f);
+  EXPECT_TRUE(c.layers[10].gn_weight);
   EXPECT_EQ(c.layers[11].features, 64);
   EXPECT_EQ(c.layers[11].eps, 1e-4f);
 }
@@ -158,6 +172,13 @@ TEST(ModelConfig, DefaultsAndDerivedValuesMatchTheReference) {
   EXPECT_TRUE(c.layers[3].out_proj);
   EXPECT_EQ(c.layers[4].window, 64);
   EXPECT_EQ(c.layers[5].eps, 1e-6f);
+  EXPECT_EQ(c.layers[5].feature_map, FeatureMap::kElu);
+  EXPECT_FALSE(c.layers[5].q_scale);
+  EXPECT_TRUE(c.layers[5].normalize);
+  EXPECT_EQ(c.layers[5].group_norm, NormKind::kNone)
+      << "linear attention has no group norm by default";
+  EXPECT_FALSE(c.layers[5].gn_weight);
+  EXPECT_FALSE(c.layers[2].gn_weight);
   EXPECT_EQ(c.layers[6].features, 8) << "performer features default to d_model / heads";
 
   json no_bias = base_config();
@@ -253,6 +274,15 @@ TEST(ModelConfig, EveryRuleHasItsMessage) {
        "layers[0]: group_norm must be one of layernorm, rmsnorm, got \"groupnorm\""},
       {"decay_normalize not a bool", layer({{"mixer", "retnet"}, {"decay_normalize", 1}}),
        "layers[0]: decay_normalize must be true or false, got 1"},
+      {"feature_map", layer({{"mixer", "linear"}, {"feature_map", "hedgehog"}}),
+       "layers[0]: feature_map must be one of elu, relu, identity, elementwise_product, got "
+       "\"hedgehog\""},
+      {"retnet without a group norm", layer({{"mixer", "retnet"}, {"group_norm", "none"}}),
+       "layers[0]: group_norm must be one of layernorm, rmsnorm, got \"none\""},
+      {"gn_weight not a bool", layer({{"mixer", "linear"}, {"gn_weight", "yes"}}),
+       "layers[0]: gn_weight must be true or false"},
+      {"feature_map for performer", layer({{"mixer", "performer"}, {"feature_map", "elu"}}),
+       "layers[0]: unknown key \"feature_map\" for mixer performer"},
       {"value_dim for another mixer", layer({{"mixer", "attention"}, {"value_dim", 64}}),
        "layers[0]: unknown key \"value_dim\" for mixer attention"},
       {"sinusoidal odd d_model",

@@ -43,7 +43,12 @@ nlohmann::json random_layer(MixerKind kind, int heads, std::mt19937& rng) {
     if (p == "features") l[p] = uniform(rng, 1, 6);
     if (p == "value_dim") l[p] = nullptr;  // d_model, or twice it (below)
     if (p == "rope_style") l[p] = pick<std::string>(rng, {"half", "torchscale"});
-    if (p == "group_norm") l[p] = pick<std::string>(rng, {"layernorm", "rmsnorm"});
+    if (p == "group_norm")
+      l[p] = kind == MixerKind::kLinear ? pick<std::string>(rng, {"none", "layernorm", "rmsnorm"})
+                                        : pick<std::string>(rng, {"layernorm", "rmsnorm"});
+    if (p == "gn_weight" || p == "q_scale" || p == "normalize") l[p] = uniform(rng, 0, 1) == 1;
+    if (p == "feature_map")
+      l[p] = pick<std::string>(rng, {"elu", "relu", "identity", "elementwise_product"});
     if (p == "decay_normalize") l[p] = uniform(rng, 0, 1) == 1;
   }
   return l;
@@ -58,8 +63,8 @@ std::vector<float> random_tensor(const WeightSpec& s, std::mt19937& rng) {
     return s.name.size() >= suffix.size() &&
            s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  const bool norm =
-      s.name.find("ln") != std::string::npos || s.name.find("norm") != std::string::npos;
+  const bool norm = s.name.find("ln") != std::string::npos ||
+                    s.name.find("norm") != std::string::npos || ends("gn.weight");
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   double scale = 0.5;
@@ -111,9 +116,13 @@ RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model) {
   nlohmann::json layers = nlohmann::json::array({random_layer(kind, heads, rng)});
   if (uniform(rng, 0, 1) == 1)  // a second layer of any kind: two states side by side in the pool
     layers.push_back(random_layer(pick(rng, all_mixer_kinds()), heads, rng));
-  for (nlohmann::json& l :
-       layers)  // RetNet's value heads as wide as the keys or twice (torchscale)
+  for (nlohmann::json& l : layers) {
+    // RetNet's value heads as wide as the keys or twice (torchscale)
     if (l.contains("value_dim")) l["value_dim"] = d * pick<int>(rng, {1, 2});
+    // φ(q)·z of maps with signs can be near 0: their dividing form is ill-posed (fla has none)
+    const std::string map = l.value("feature_map", "elu");
+    if (map == "identity" || map == "elementwise_product") l["normalize"] = false;
+  }
   cfg["layers"] = layers;
   cfg["n_layers"] = layers.size();
   RandomModel m;

@@ -173,7 +173,8 @@ Seq retnet(const Weights& W, const std::string& p, const LayerConfig& l, const S
       o = normalized(l.group_norm, nullptr, "", o, l.gn_eps);
       for (int64_t i = 0; i < hv; ++i) {
         const double gi = g[t][hd * hv + i];
-        y[t][hd * hv + i] = gi * sigmoid(gi) * o[i];
+        y[t][hd * hv + i] =
+            gi * sigmoid(gi) * o[i] * (l.gn_weight ? W.at(p + "gn.weight", i) : 1.0);
       }
     }
   return linear(W, p + "o", y, d);
@@ -245,10 +246,35 @@ Seq linear_attention(const Weights& W, const std::string& p, const LayerConfig& 
   const int64_t T = x.size(), n = l.heads, h = d / n;
   const bool performer = l.kind == MixerKind::kPerformer;
   const int64_t m = performer ? l.features : h;
-  auto phi = [&](const double* z) {
+  // fla's Hadamard map: (W₁z + b₁) ⊙ (W₂z + b₂) with the maps of q ("fq") or k ("fk").
+  auto hadamard = [&](const double* z, const std::string& side) {
+    Vec f(h);
+    for (int64_t o = 0; o < h; ++o) {
+      double a = W.at(p + side + "1.bias", o), b = W.at(p + side + "2.bias", o);
+      for (int64_t i = 0; i < h; ++i) {
+        a += W.at(p + side + "1.weight", o * h + i) * z[i];
+        b += W.at(p + side + "2.weight", o * h + i) * z[i];
+      }
+      f[o] = a * b;
+    }
+    return f;
+  };
+  auto phi = [&](const double* z, const std::string& side) {
     Vec f(m);
     if (!performer) {
-      for (int64_t i = 0; i < h; ++i) f[i] = z[i] > 0 ? z[i] + 1 : std::exp(z[i]);
+      if (l.feature_map == FeatureMap::kElementwiseProduct) return hadamard(z, side);
+      for (int64_t i = 0; i < h; ++i) {
+        switch (l.feature_map) {
+          case FeatureMap::kRelu:
+            f[i] = std::max(z[i], 0.0);
+            break;
+          case FeatureMap::kIdentity:
+            f[i] = z[i];
+            break;
+          default:
+            f[i] = z[i] > 0 ? z[i] + 1 : std::exp(z[i]);
+        }
+      }
       return f;
     }
     const double s = std::pow(static_cast<double>(h), -0.25);
@@ -265,16 +291,25 @@ Seq linear_attention(const Weights& W, const std::string& p, const LayerConfig& 
   Seq o(T, Vec(d, 0.0));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t hd = 0; hd < n; ++hd) {
-      const Vec fq = phi(&q[t][hd * h]);
+      Vec fq = phi(&q[t][hd * h], "fq");
+      if (!performer && l.q_scale)  // fla's scale of φ(q)
+        for (double& e : fq) e /= std::sqrt(static_cast<double>(m));
       double den = l.eps;
       for (int64_t j = 0; j <= t; ++j) {
-        const Vec fk = phi(&k[j][hd * h]);
+        const Vec fk = phi(&k[j][hd * h], "fk");
         double a = 0;
         for (int64_t r = 0; r < m; ++r) a += fq[r] * fk[r];
         den += a;
         for (int64_t i = 0; i < h; ++i) o[t][hd * h + i] += a * v[j][hd * h + i];
       }
-      for (int64_t i = 0; i < h; ++i) o[t][hd * h + i] /= den;
+      const bool divide = performer || l.normalize;
+      for (int64_t i = 0; i < h; ++i) o[t][hd * h + i] /= divide ? den : 1.0;
+      if (!performer && l.group_norm != NormKind::kNone) {  // the head's norm (and weight)
+        const Vec head(o[t].begin() + hd * h, o[t].begin() + (hd + 1) * h);
+        const Vec normed = normalized(l.group_norm, nullptr, "", head, l.gn_eps);
+        for (int64_t i = 0; i < h; ++i)
+          o[t][hd * h + i] = normed[i] * (l.gn_weight ? W.at(p + "gn.weight", i) : 1.0);
+      }
     }
   return linear(W, p + "o", o, d);
 }

@@ -100,7 +100,7 @@ std::vector<int32_t> ids(const TensorView& t) {  // int64 or int32 ids as int32
 }
 }  // namespace
 
-TorchscaleExpected load_torchscale_expected(const std::string& name) {
+PublicModelExpected load_public_model_expected(const std::string& name) {
   const std::string dir = std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden_public/" + name;
   const SafetensorsFile f(dir + "/expected.safetensors");
   auto tensor = [&](const char* n) -> const TensorView& {
@@ -108,7 +108,7 @@ TorchscaleExpected load_torchscale_expected(const std::string& name) {
     if (!t) throw std::runtime_error(f.path() + ": no tensor " + n);
     return *t;
   };
-  TorchscaleExpected x;
+  PublicModelExpected x;
   x.model_dir = dir + "/model";
   x.tokens = ids(tensor("tokens"));
   x.greedy = ids(tensor("greedy"));

@@ -39,17 +39,17 @@ struct PublicLayer {
 // transpose_bias: w[j, t] where w[t, j] belongs (a mapping the test must reject).
 PublicLayer load_public_aft(const PublicAft& f, bool transpose_bias = false);
 
-// A torchscale RetNet fixture (tests/golden_public/<name>/, reference/public_fixtures.py
-// --torchscale): its model directory as torchscale wrote it, and from expected.safetensors the
-// token ids, torchscale's greedy continuation of the prompt (the ids before it) and its logits
-// [T, vocab] from its recurrent (incremental) and its parallel form.
-struct TorchscaleExpected {
+// A public model fixture (tests/golden_public/<name>/, reference/public_fixtures.py: torchscale's
+// RetNet, fla's RetNet and linear attention): its model directory as the public code wrote it,
+// and from expected.safetensors the token ids, the code's greedy continuation of the prompt (the
+// ids before it) and its logits [T, vocab] from its recurrent and its parallel form.
+struct PublicModelExpected {
   std::string model_dir;
   std::vector<int32_t> tokens, greedy;
   std::vector<float> recurrent, parallel;
   size_t prompt_len() const { return tokens.size() - greedy.size(); }
 };
-TorchscaleExpected load_torchscale_expected(const std::string& name);
+PublicModelExpected load_public_model_expected(const std::string& name);
 
 // max |got − want| / max |want| (NaN when got holds a NaN).
 double relative_difference(const std::vector<float>& got, const std::vector<float>& want);

@@ -1,9 +1,11 @@
 #include "engine/mixers/linear/linear.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "engine/cpu/load_linear.h"
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/vec_math.h"
 #include "engine/layer_part.h"
@@ -19,9 +21,14 @@ int64_t feature_count(const ModelConfig& cfg, const LayerConfig& layer) {
 
 std::vector<WeightSpec> linear_weights(const ModelConfig& cfg, const LayerConfig& layer) {
   std::vector<WeightSpec> w;
-  for (const char* n : {"q", "k", "v", "o"}) add_linear_spec(w, n, cfg.d_model, cfg.d_model, cfg.bias);
-  if (layer.kind == MixerKind::kPerformer)
-    w.push_back({"features", {layer.features, cfg.d_model / layer.heads}});
+  const int64_t h = cfg.d_model / layer.heads;
+  for (const char* n : {"q", "k", "v", "o"})
+    add_linear_spec(w, n, cfg.d_model, cfg.d_model, cfg.bias);
+  if (layer.kind == MixerKind::kPerformer) w.push_back({"features", {layer.features, h}});
+  if (layer.kind != MixerKind::kLinear) return w;
+  if (layer.feature_map == FeatureMap::kElementwiseProduct)  // fla's maps have biases always
+    for (const char* n : {"fq1", "fq2", "fk1", "fk2"}) add_linear_spec(w, n, h, h, true);
+  if (layer.group_norm != NormKind::kNone && layer.gn_weight) w.push_back({"gn.weight", {h}});
   return w;
 }
 
@@ -59,9 +66,21 @@ class CpuLinearAttention : public CpuLayerPart {
         h_(cfg.d_model / layer.heads),
         m_(feature_count(cfg, layer)),
         eps_(layer.eps),
+        gn_eps_(layer.gn_eps),
+        map_(layer.kind == MixerKind::kLinear ? layer.feature_map : FeatureMap::kElu),
+        q_scale_(layer.kind == MixerKind::kLinear && layer.q_scale
+                     ? 1.0f / std::sqrt(static_cast<float>(m_))
+                     : 1.0f),
+        normalize_(layer.kind != MixerKind::kLinear || layer.normalize),
+        group_norm_(layer.kind == MixerKind::kLinear ? layer.group_norm : NormKind::kNone),
         qkv_(load_fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
         o_(load_linear(w, p + "o", d_, d_, cfg.bias)),
-        omega_(layer.kind == MixerKind::kPerformer ? w.get(p + "features") : nullptr) {
+        omega_(layer.kind == MixerKind::kPerformer ? w.get(p + "features") : nullptr),
+        gn_w_(group_norm_ != NormKind::kNone && layer.gn_weight ? w.get(p + "gn.weight")
+                                                                : nullptr) {
+    if (map_ == FeatureMap::kElementwiseProduct)
+      for (const char* n : {"fq1", "fq2", "fk1", "fk2"})
+        maps_.push_back({w.get(p + n + ".weight"), w.get(p + n + ".bias")});
     if (omega_) {  // [m, h] → [h, m]
       omega_t_.resize(m_ * h_);
       for (int64_t f = 0; f < m_; ++f)
@@ -89,9 +108,35 @@ class CpuLinearAttention : public CpuLayerPart {
   }
 
  private:
+  // fla's Hadamard map: (W₁x + b₁) ⊙ (W₂x + b₂), each output a dot product in order over x.
+  void elementwise_product(const float* x, const float* const* first, const float* const* second,
+                           float* phi) const {
+    for (int64_t o = 0; o < h_; ++o) {
+      float a = first[1][o], b = second[1][o];
+      for (int64_t i = 0; i < h_; ++i) {
+        a += first[0][o * h_ + i] * x[i];
+        b += second[0][o * h_ + i] * x[i];
+      }
+      phi[o] = a * b;
+    }
+  }
+
   // The exps of a head at once (vectorised): one std::exp call per element was a third of a
-  // batch-1 step's mixer time.
-  void feature_map(const float* x, float* phi) const {
+  // batch-1 step's mixer time. `of_k`: the map of k (elementwise_product has one per side).
+  void feature_map(const float* x, float* phi, bool of_k) const {
+    switch (map_) {
+      case FeatureMap::kElu:
+        break;
+      case FeatureMap::kRelu:
+        for (int64_t i = 0; i < h_; ++i) phi[i] = std::max(x[i], 0.0f);
+        return;
+      case FeatureMap::kIdentity:
+        std::copy(x, x + h_, phi);
+        return;
+      case FeatureMap::kElementwiseProduct:
+        elementwise_product(x, maps_[of_k ? 2 : 0].data(), maps_[of_k ? 3 : 1].data(), phi);
+        return;
+    }
     if (!omega_) {  // elu(x) + 1; the exps of positive entries are computed and dropped
       std::copy(x, x + h_, phi);
       exp_inplace(phi, h_);
@@ -112,13 +157,16 @@ class CpuLinearAttention : public CpuLayerPart {
     for (int64_t f = 0; f < m_; ++f) phi[f] *= norm;
   }
 
-  // One token of one head: S += φ(k)ᵀv, z += φ(k); out = φ(q)S / (φ(q)·z + ε).
+  // One token of one head: S += φ(k)ᵀv, z += φ(k); out = φ(q)S / (φ(q)·z + ε) (or φ(q)S), then
+  // the head's group norm where there is one.
   void token(const StateView& st, int64_t hd, const float* qkv, float* out, std::vector<float>& fq,
              std::vector<float>& fk) const {
     const int64_t d = d_, h = h_;
     const float* v = qkv + 2 * d + hd * h;
-    feature_map(qkv + hd * h, fq.data());
-    feature_map(qkv + d + hd * h, fk.data());
+    feature_map(qkv + hd * h, fq.data(), false);
+    feature_map(qkv + d + hd * h, fk.data(), true);
+    if (q_scale_ != 1.0f)
+      for (float& f : fq) f *= q_scale_;
     const int64_t z_offset = (n_ * m_ * h + d - 1) / d * d;  // z starts on the next row
     float den = 0.0f;
     for (int64_t c = 0; c < h; ++c) out[c] = 0.0f;
@@ -128,16 +176,26 @@ class CpuLinearAttention : public CpuLayerPart {
       *z += fk[f];
       den += fq[f] * *z;
     }
-    den += eps_;
-    for (int64_t c = 0; c < h; ++c) out[c] /= den;
+    if (normalize_) {
+      den += eps_;
+      for (int64_t c = 0; c < h; ++c) out[c] /= den;
+    }
+    if (group_norm_ != NormKind::kNone)
+      normalize(group_norm_, out, 1, h, gn_w_, nullptr, gn_eps_, out);
   }
 
   int64_t d_, n_, h_, m_;
-  float eps_;
+  float eps_, gn_eps_;
+  FeatureMap map_;
+  float q_scale_;
+  bool normalize_;
+  NormKind group_norm_;
   PackedWeight qkv_;
   PackedWeight o_;
   const float* omega_;
-  std::vector<float> omega_t_;  // ω transposed, [h, m]
+  const float* gn_w_;
+  std::vector<std::array<const float*, 2>> maps_;  // fq1, fq2, fk1, fk2: {weight [h, h], bias [h]}
+  std::vector<float> omega_t_;                     // ω transposed, [h, m]
   std::vector<float> qkv_out_, mixed_;
 };
 
@@ -160,14 +218,44 @@ namespace mixserve {
 // n(h−1) add, ½ n mul, subtraction M add, exp M, 1/√m M mul — for q and for k — then the same
 // recurrence with m features: S Mh mul + Mh add, z M add, φ(q)S Mh mul + (Mh − d) add,
 // φ(q)·z M mul + (M − n) add, +ε n add, d div.
+// fla's switches on linear: φ = relu or identity 0; elementwise_product per side 2dh + d mul,
+// 2d(h − 1) add (the biases not counted); normalize false drops φ(q)·z, + ε and the division;
+// q_scale d div; the group norm per head (as RetNet's) and its weight d mul.
 OpCost linear_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t) {
   const int64_t d = cfg.d_model, n = layer.heads, h = d / n;
-  if (layer.kind == MixerKind::kLinear)
-    return {4 * d * d + 2 * d * h + d, 4 * d * d + 2 * d * h - d, d, 2 * d,
-            "mul-cum-exp-cum-mul-cum-mul-cum-div-mul-cum"};
+  if (layer.kind == MixerKind::kLinear) {
+    OpCost c{4 * d * d + 2 * d * h, 4 * d * d - 4 * d + 2 * d * h, 0, 0, "mul-cum"};
+    if (layer.feature_map == FeatureMap::kElu) {
+      c.exp += 2 * d, c.add += 2 * d;
+      c.critical_path += "-exp-cum";
+    } else if (layer.feature_map == FeatureMap::kElementwiseProduct) {
+      c.mul += 4 * d * h + 2 * d, c.add += 4 * d * (h - 1);
+      c.critical_path += "-mul-cum-mul";
+    }
+    c.critical_path += "-mul-cum-mul-cum";
+    if (layer.normalize) {
+      c.mul += d, c.add += d, c.div += d;
+      c.critical_path += "-div";
+    }
+    if (layer.q_scale) c.div += d;
+    if (layer.group_norm == NormKind::kRmsNorm) {
+      c.mul += 2 * d, c.add += d, c.div += n, c.exp += n;
+      c.critical_path += "-mul-cum-div-cum-exp-mul";
+    } else if (layer.group_norm == NormKind::kLayerNorm) {
+      c.mul += 2 * d, c.add += 3 * d - n, c.div += 2 * n, c.exp += n;
+      c.critical_path += "-cum-div-cum-mul-cum-div-cum-exp-mul";
+    }
+    if (layer.group_norm != NormKind::kNone && layer.gn_weight) {
+      c.mul += d;
+      c.critical_path += "-mul";
+    }
+    c.critical_path += "-mul-cum";
+    return c;
+  }
   const int64_t M = n * layer.features;
-  return {4 * d * d + 4 * d + 4 * M * h + 2 * n + 3 * M, 4 * d * d - 3 * d + 4 * M * h + 2 * M - 2 * n,
-          d, 2 * M, "mul-cum-mul-mul-cum-mul-cum-exp-mul-mul-cum-mul-cum-div-mul-cum"};
+  return {4 * d * d + 4 * d + 4 * M * h + 2 * n + 3 * M,
+          4 * d * d - 3 * d + 4 * M * h + 2 * M - 2 * n, d, 2 * M,
+          "mul-cum-mul-mul-cum-mul-cum-exp-mul-mul-cum-mul-cum-div-mul-cum"};
 }
 
 }  // namespace mixserve

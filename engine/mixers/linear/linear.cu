@@ -1,6 +1,7 @@
-// Linear attention (φ = elu + 1) and Performer (FAVOR+ features) on the GPU: one block per
-// (sequence, head), the tokens in order; thread c owns column c of the head's S [m, h] (state
-// floats (head·m + f)·h + c), z [n, m] starts on the row after S.
+// Linear attention (φ = elu + 1, relu, identity or fla's elementwise_product) and Performer
+// (FAVOR+ features) on the GPU: one block per (sequence, head), the tokens in order; thread c owns
+// column c of the head's S [m, h] (state floats (head·m + f)·h + c), z [n, m] starts on the row
+// after S. fla's switches as on the CPU: φ(q)·m^{−1/2}, no division, a per-head norm with weight.
 #include <algorithm>
 #include <cmath>
 
@@ -15,12 +16,40 @@ struct LinearParams {
   int64_t z_offset;
   float eps;
   const float* omega;  // [m, h] for performer, null for linear
+  FeatureMap map;
+  float q_scale;  // 1 unless q_scale
+  bool normalize;
+  NormKind group_norm;
+  float gn_eps;
+  const float* gn_w;        // [h] or null
+  const float* maps[4][2];  // elementwise_product: fq1, fq2, fk1, fk2 {weight [h, h], bias [h]}
 };
 
-// φ of one head's vector x[h] into phi[m], computed by the block (thread f for feature f).
-__device__ void feature_map(const LinearParams& p, const float* x, float* phi, float* sq) {
+// φ of one head's vector x[h] into phi[m], computed by the block (thread f for feature f); `side`
+// 0 for q, 1 for k (elementwise_product's maps).
+__device__ void feature_map(const LinearParams& p, const float* x, float* phi, float* sq,
+                            int side) {
+  if (p.map == FeatureMap::kRelu || p.map == FeatureMap::kIdentity) {
+    for (int i = threadIdx.x; i < p.h; i += blockDim.x)
+      phi[i] = p.map == FeatureMap::kRelu ? fmaxf(x[i], 0.0f) : x[i];
+    return;
+  }
+  if (p.map == FeatureMap::kElementwiseProduct) {  // (W₁x + b₁) ⊙ (W₂x + b₂), sums in order
+    const float *w1 = p.maps[2 * side][0], *b1 = p.maps[2 * side][1];
+    const float *w2 = p.maps[2 * side + 1][0], *b2 = p.maps[2 * side + 1][1];
+    for (int o = threadIdx.x; o < p.h; o += blockDim.x) {
+      float a = b1[o], b = b2[o];
+      for (int i = 0; i < p.h; ++i) {
+        a += w1[o * p.h + i] * x[i];
+        b += w2[o * p.h + i] * x[i];
+      }
+      phi[o] = a * b;
+    }
+    return;
+  }
   if (!p.omega) {
-    for (int i = threadIdx.x; i < p.h; i += blockDim.x) phi[i] = x[i] > 0 ? x[i] + 1.0f : expf(x[i]);
+    for (int i = threadIdx.x; i < p.h; i += blockDim.x)
+      phi[i] = x[i] > 0 ? x[i] + 1.0f : expf(x[i]);
     return;
   }
   const float scale = 1.0f / sqrtf(sqrtf(static_cast<float>(p.h)));
@@ -43,23 +72,31 @@ __device__ void feature_map(const LinearParams& p, const float* x, float* phi, f
 __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, LinearParams p,
                               bool s_in_smem, float* out) {
   extern __shared__ float smem[];
+  __shared__ double red[32];
   float *fq = smem, *fk = smem + p.m, *misc = smem + 2 * p.m;  // misc: |q'|², |k'|², den
   float *S_sm = misc + 3, *z_sm = S_sm + p.m * p.h;
   const int s = blockIdx.x / p.n, hd = blockIdx.x % p.n, c = threadIdx.x;
-  const int64_t s_base = static_cast<int64_t>(hd) * p.m * p.h, z_base = p.z_offset + int64_t{hd} * p.m;
+  const int64_t s_base = static_cast<int64_t>(hd) * p.m * p.h,
+                z_base = p.z_offset + int64_t{hd} * p.m;
   if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once
 #pragma unroll 8
     for (int i = threadIdx.x; i < p.m * p.h; i += blockDim.x) S_sm[i] = *pages.at(s, s_base + i);
     for (int f = threadIdx.x; f < p.m; f += blockDim.x) z_sm[f] = *pages.at(s, z_base + f);
     __syncthreads();
   }
-  auto S_at = [&](int f) { return s_in_smem ? S_sm + f * p.h + c : pages.at(s, s_base + int64_t{f} * p.h + c); };
+  auto S_at = [&](int f) {
+    return s_in_smem ? S_sm + f * p.h + c : pages.at(s, s_base + int64_t{f} * p.h + c);
+  };
   auto z_at = [&](int f) { return s_in_smem ? z_sm + f : pages.at(s, z_base + f); };
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
     const float* row = qkv + static_cast<int64_t>(r) * 3 * p.d;
-    feature_map(p, row + hd * p.h, fq, misc);
-    feature_map(p, row + p.d + hd * p.h, fk, misc + 1);
+    feature_map(p, row + hd * p.h, fq, misc, 0);
+    feature_map(p, row + p.d + hd * p.h, fk, misc + 1, 1);
     __syncthreads();
+    if (p.q_scale != 1.0f) {
+      for (int f = threadIdx.x; f < p.m; f += blockDim.x) fq[f] *= p.q_scale;
+      __syncthreads();
+    }
     if (threadIdx.x == 0) {  // z += φ(k); den = φ(q)·z + ε
       float den = 0.0f;
       for (int f = 0; f < p.m; ++f) {
@@ -67,7 +104,7 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
         *z += fk[f];
         den += fq[f] * *z;
       }
-      misc[2] = den + p.eps;
+      misc[2] = p.normalize ? den + p.eps : 1.0f;
     }
     float o = 0.0f;
     if (c < p.h) {
@@ -79,7 +116,18 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
       }
     }
     __syncthreads();
-    if (c < p.h) out[static_cast<int64_t>(r) * p.d + hd * p.h + c] = o / misc[2];
+    if (p.normalize) o = o / misc[2];
+    if (p.group_norm != NormKind::kNone) {  // the head's norm, statistics in double as the CPU's
+      const double mu = p.group_norm == NormKind::kRmsNorm
+                            ? 0.0
+                            : block_sum(c < p.h ? static_cast<double>(o) : 0.0, red) / p.h;
+      const double dv = c < p.h ? (o - mu) : 0.0;
+      const double var = block_sum(dv * dv, red) / p.h;
+      o = (o - static_cast<float>(mu)) *
+          static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.gn_eps)));
+      if (p.gn_w && c < p.h) o = o * p.gn_w[c];
+    }
+    if (c < p.h) out[static_cast<int64_t>(r) * p.d + hd * p.h + c] = o;
     __syncthreads();  // fq, fk, misc are rewritten by the next token
   }
   if (s_in_smem) {
@@ -95,27 +143,45 @@ class CudaLinear : public CudaPart {
              const WeightSource& w, const std::string& p)
       : qkv_(dw.fused(w, p, {"q", "k", "v"}, static_cast<int>(cfg.d_model),
                       static_cast<int>(cfg.d_model), cfg.bias)),
-        o_(dw.linear(w, p + "o", static_cast<int>(cfg.d_model), static_cast<int>(cfg.d_model), cfg.bias)) {
+        o_(dw.linear(w, p + "o", static_cast<int>(cfg.d_model), static_cast<int>(cfg.d_model),
+                     cfg.bias)) {
     const int d = static_cast<int>(cfg.d_model), n = static_cast<int>(layer.heads), h = d / n;
     const int m = layer.kind == MixerKind::kPerformer ? static_cast<int>(layer.features) : h;
     const int64_t z_offset = (int64_t{n} * m * h + d - 1) / d * d;  // z starts on the next row
     const float* omega = nullptr;
     if (layer.kind == MixerKind::kPerformer) omega = dw.f32(w.get(p + "features"), size_t(m) * h);
+    const bool linear = layer.kind == MixerKind::kLinear;
     p_ = {d, n, h, m, z_offset, layer.eps, omega};
+    p_.map = linear ? layer.feature_map : FeatureMap::kElu;
+    p_.q_scale = linear && layer.q_scale ? 1.0f / std::sqrt(static_cast<float>(m)) : 1.0f;
+    p_.normalize = !linear || layer.normalize;
+    p_.group_norm = linear ? layer.group_norm : NormKind::kNone;
+    p_.gn_eps = layer.gn_eps;
+    if (p_.group_norm != NormKind::kNone && layer.gn_weight)
+      p_.gn_w = dw.f32(w.get(p + "gn.weight"), h);
+    if (p_.map == FeatureMap::kElementwiseProduct) {
+      const char* names[] = {"fq1", "fq2", "fk1", "fk2"};
+      for (int i = 0; i < 4; ++i) {
+        p_.maps[i][0] = dw.f32(w.get(p + names[i] + ".weight"), size_t(h) * h);
+        p_.maps[i][1] = dw.f32(w.get(p + names[i] + ".bias"), h);
+      }
+    }
     threads_ = std::max(128, ceil_div(std::max(h, m), 32) * 32);  // extras help load and store S
-    if (threads_ > 1024) throw std::invalid_argument("CUDA linear attention: head or features above 1024");
+    if (threads_ > 1024)
+      throw std::invalid_argument("CUDA linear attention: head or features above 1024");
     const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
     s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;
     smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(linear_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
+      CUDA_CHECK(
+          cudaFuncSetAttribute(linear_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
   }
 
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = p_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
-    linear_kernel<<<st.batch.n_seq * p_.n, threads_, smem_, st.stream>>>(st.batch, st.pages, st.s.proj,
-                                                                         p_, s_in_smem_, st.s.mixed);
+    linear_kernel<<<st.batch.n_seq * p_.n, threads_, smem_, st.stream>>>(
+        st.batch, st.pages, st.s.proj, p_, s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

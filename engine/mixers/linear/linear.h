@@ -1,7 +1,10 @@
 // Linear attention (Katharopoulos et al. 2020) and Performer's FAVOR+ (Choromanski et al. 2021).
 // Per head: S ← S + φ(k)ᵀ v, z ← z + φ(k); o = φ(q) S / (φ(q)·z + ε); y = o W_oᵀ.
-// linear: φ(x) = elu(x) + 1 (m = h features). performer: φ(x) = exp(ω x' − |x'|²/2) / √m with
-// x' = x·h^{−1/4} and ω = `features` [m, h]. State: S [n, m, h], z [n, m].
+// linear: φ(x) = elu(x) + 1 (m = h features) or, by `feature_map`, relu, identity or fla's
+// elementwise_product; fla's switches: `q_scale` (φ(q)·m^{−1/2}), `normalize` false (o = φ(q)S,
+// no division), `group_norm` (a per-head norm of o, with `gn_weight` a weight [h] shared by the
+// heads). performer: φ(x) = exp(ω x' − |x'|²/2) / √m with x' = x·h^{−1/4} and ω = `features`
+// [m, h]. State: S [n, m, h], z [n, m].
 #pragma once
 
 #include "engine/mixers/registry.h"

@@ -19,6 +19,7 @@ std::vector<WeightSpec> retnet_weights(const ModelConfig& cfg, const LayerConfig
   add_linear_spec(w, "v", dv, d, cfg.bias);
   add_linear_spec(w, "g", dv, d, cfg.bias);
   add_linear_spec(w, "o", d, dv, cfg.bias);
+  if (layer.gn_weight) w.push_back({"gn.weight", {dv / layer.heads}});  // shared by the heads
   return w;
 }
 
@@ -64,6 +65,7 @@ class CpuRetnet : public CpuLayerPart {
         max_pos_(cfg.max_seq_len),
         gn_eps_(layer.gn_eps),
         group_norm_(layer.group_norm),
+        gn_w_(layer.gn_weight ? w.get(p + "gn.weight") : nullptr),
         qkvg_(load_fused(w, p, {{"q", d_}, {"k", d_}, {"v", dv_}, {"g", dv_}}, d_, cfg.bias)),
         o_(load_linear(w, p + "o", d_, dv_, cfg.bias)),
         rope_(cfg.max_seq_len, h_, layer.rope_base, layer.rope_style),
@@ -133,12 +135,13 @@ class CpuRetnet : public CpuLayerPart {
     const float scale = decay_scale_[hd * max_pos_ + pos];
     if (scale != 1.0f)
       for (int64_t c = 0; c < hv; ++c) out[c] *= scale;
-    normalize(group_norm_, out, 1, hv, nullptr, nullptr, gn_eps_, out);
+    normalize(group_norm_, out, 1, hv, gn_w_, nullptr, gn_eps_, out);
   }
 
   int64_t d_, dv_, n_, h_, hv_, max_pos_;
   float gn_eps_;
   NormKind group_norm_;
+  const float* gn_w_;  // [hv] after the group norm, or null
   PackedWeight qkvg_;
   PackedWeight o_;
   RopeTable rope_;
@@ -171,8 +174,10 @@ OpCost retnet_cost(const ModelConfig& cfg, const LayerConfig& layer, int64_t) {
   std::string path = "mul-cum-mul-cum-div-mul-cum-mul-cum";  // k: proj, RoPE, ÷√h, kᵀv, +γS, qS
   if (layer.decay_normalize) path += "-mul";
   path += rms ? "-mul-cum-div-cum-exp-mul" : "-cum-div-cum-mul-cum-div-cum-exp-mul";
-  path += "-mul-mul-cum";  // swish gate, ⊙, W_o
-  return {2 * d * d + 3 * d * dv + 4 * d + 3 * d * m + 4 * dv + (layer.decay_normalize ? dv : 0),
+  if (layer.gn_weight) path += "-mul";  // the norm's weight, dv mul
+  path += "-mul-mul-cum";               // swish gate, ⊙, W_o
+  return {2 * d * d + 3 * d * dv + 4 * d + 3 * d * m + 4 * dv + (layer.decay_normalize ? dv : 0) +
+              (layer.gn_weight ? dv : 0),
           2 * d * d + 3 * d * dv - d - 2 * dv + 2 * d * m + norm_add, d + norm_div + dv, n + dv,
           path};
 }

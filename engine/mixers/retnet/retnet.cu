@@ -23,7 +23,8 @@ struct RetnetShape {
 // [q (d) | k (d) | v (dv) | g (dv)].
 __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, RetnetShape sh,
                               const float* gamma, const float* cos_t, const float* sin_t,
-                              const float* decay_scale, float gn_eps, bool s_in_smem, float* out) {
+                              const float* decay_scale, float gn_eps, const float* gn_w,
+                              bool s_in_smem, float* out) {
   extern __shared__ float smem[];
   __shared__ double red[32];
   const int d = sh.d, h = sh.h, hv = sh.hv, width = 2 * d + 2 * sh.dv;
@@ -75,8 +76,9 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, Ret
     if (c < hv) {
       const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(gn_eps)));
       const float gate = row[2 * d + sh.dv + hd * hv + c];
-      out[static_cast<int64_t>(r) * sh.dv + hd * hv + c] =
-          ((o - static_cast<float>(mu)) * inv) * (gate * sigmoidf_(gate));
+      float normed = (o - static_cast<float>(mu)) * inv;
+      if (gn_w) normed = normed * gn_w[c];
+      out[static_cast<int64_t>(r) * sh.dv + hd * hv + c] = normed * (gate * sigmoidf_(gate));
     }
     __syncthreads();  // q, k are rewritten by the next token
   }
@@ -103,6 +105,7 @@ class CudaRetnet : public CudaPart {
         o_(dw.linear(w, p + "o", sh_.d, sh_.dv, cfg.bias)) {
     gamma_ = dw.f32(retnet_gammas(layer.heads));
     decay_scale_ = dw.f32(retnet_decay_scales(layer, cfg.max_seq_len));
+    if (layer.gn_weight) gn_w_ = dw.f32(w.get(p + "gn.weight"), sh_.hv);
     RopeTable rope(cfg.max_seq_len, sh_.h, layer.rope_base, layer.rope_style);
     cos_ = dw.f32(rope.cos);
     sin_ = dw.f32(rope.sin);
@@ -126,8 +129,8 @@ class CudaRetnet : public CudaPart {
     // S.
     const int threads = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
     retnet_kernel<<<st.batch.n_seq * sh_.n, threads, smem_, st.stream>>>(
-        st.batch, st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, s_in_smem_,
-        st.s.mixed);
+        st.batch, st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, gn_w_,
+        s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -137,6 +140,7 @@ class CudaRetnet : public CudaPart {
   float gn_eps_;
   DevMatrix qkvg_, o_;
   const float *gamma_ = nullptr, *cos_ = nullptr, *sin_ = nullptr, *decay_scale_ = nullptr;
+  const float* gn_w_ = nullptr;  // [hv] after the group norm, or null
   bool s_in_smem_ = true;
   int smem_ = 0;
 };

@@ -3,7 +3,7 @@
 // y = (swish(x W_gᵀ) ⊙ GroupNorm_n(o)) W_oᵀ, the group norm per head without affine.
 // State: S [n, h, hv]. Switches (docs/model-format.md): value_dim (v and g width, hv =
 // value_dim/n), rope_style, group_norm (layer or RMS norm), decay_normalize (torchscale's
-// conventions).
+// conventions), gn_weight (a weight [hv] after the group norm, shared by the heads: fla's).
 #pragma once
 
 #include "engine/mixers/registry.h"

@@ -1,7 +1,8 @@
 """Pieces shared by several mixers: projections, RoPE (rotate-half and torchscale's pairs), RMS norm,
-the 'very negative' max sentinel."""
+per-head group norms and their optional learnable weight, the 'very negative' max sentinel."""
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 # Initial value of running maxima (AFT, RWKV's pp). Finite on purpose: exp(NEG_BIG - k) is an
 # exact 0 and max(NEG_BIG, k) = k, with no inf arithmetic on any backend (as Hugging Face's RWKV).
@@ -54,6 +55,28 @@ def rms_norm(x, eps):
     golden fixtures' expected values are computed in it)."""
     y = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
     return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def group_norm(o, kind, eps):
+    """A per-head norm of o [..., m] over its last dimension, no affine: `layernorm` (zero mean,
+    unit variance: GroupNorm with one group per head), `rmsnorm` (rms_norm) or `none`."""
+    if kind == "rmsnorm":
+        return rms_norm(o, eps)
+    if kind == "layernorm":
+        return F.layer_norm(o, (o.shape[-1],), eps=eps)
+    return o
+
+
+class NormWeight(nn.Module):
+    """The learnable weight [m] of a per-head group norm (tensor `mixer.gn.weight`), shared by all
+    heads and multiplied after the norm (fla's RMSNorm / FusedRMSNormGated weight)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(m))
+
+    def forward(self, o):
+        return o * self.weight
 
 
 def split_heads(x, n):

@@ -7,14 +7,16 @@ per head without affine parameters.
 Switches for microsoft/torchscale's conventions (docs/mixers.md), each off by default:
 value_dim (v, g and o's width; each head's value size value_dim/n, its key size h = d/n),
 rope_style "torchscale" (interleaved pairs, θ_i = base^{−i/(h/2−1)}), group_norm "rmsnorm" (per
-head, no affine), decay_normalize (o_t ÷ √(Σ_{j≤t} γ^j), torchscale's `scale`).
+head, no affine), decay_normalize (o_t ÷ √(Σ_{j≤t} γ^j), torchscale's `scale`). And for
+flash-linear-attention's: gn_weight (a learnable weight [value_dim/n], shared by the heads,
+multiplied after the group norm: tensor `gn.weight`).
 """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..cost_model import Cost, rope, sigmoid, vec_mat
-from .common import apply_rope, linear, merge_heads, rms_norm, rope_angles, split_heads
+from ..cost_model import Cost, group_norm as group_norm_cost, rope, sigmoid, vec_mat
+from .common import NormWeight, apply_rope, group_norm, linear, merge_heads, rope_angles, split_heads
 from .spec import MixerSpec
 
 
@@ -50,8 +52,10 @@ def decay_scale(gamma, T):
 class RetNet(nn.Module, MixerSpec):
     name = "retnet"
     params = {"heads": 1, "rope_base": 10000.0, "gn_eps": 1e-5, "value_dim": None, "rope_style": "half",
-              "group_norm": "layernorm", "decay_normalize": False}
-    quiet_params = ("value_dim", "rope_style", "group_norm", "decay_normalize")
+              "group_norm": "layernorm", "decay_normalize": False, "gn_weight": False}
+    quiet_params = ("value_dim", "rope_style", "group_norm", "decay_normalize", "gn_weight")
+    choices = {"rope_style": ("half", "torchscale"), "group_norm": ("layernorm", "rmsnorm"),
+               "decay_normalize": (False, True), "gn_weight": (False, True)}
     always_rotates = True
     paper_layer = {"heads": 4}
     golden = {"retnet": dict(layers=[{"mixer": "retnet", "heads": 4}] * 2)}
@@ -62,11 +66,13 @@ class RetNet(nn.Module, MixerSpec):
 
     @staticmethod
     def token_cost(d, t, p):
-        return retnet_cost(d, p["heads"], p["value_dim"], p["group_norm"], p["decay_normalize"])
+        return retnet_cost(d, p["heads"], p["value_dim"], p["group_norm"], p["decay_normalize"], p["gn_weight"])
 
     @staticmethod
     def param_count(d, l, p):
-        return 2 * d * d + 3 * d * (p["value_dim"] or d)  # q, k [d, d]; v, g [dv, d]; o [d, dv]
+        dv = p["value_dim"] or d
+        # q, k [d, d]; v, g [dv, d]; o [d, dv]; the group norm's weight [dv/n]
+        return 2 * d * d + 3 * d * dv + (dv // p["heads"] if p["gn_weight"] else 0)
 
     def __init__(self, cfg, p):
         super().__init__()
@@ -79,6 +85,7 @@ class RetNet(nn.Module, MixerSpec):
         self.q, self.k = linear(cfg), linear(cfg)
         self.v, self.g = linear(cfg, d, self.dv), linear(cfg, d, self.dv)
         self.o = linear(cfg, self.dv, d)
+        self.gn = NormWeight(self.m) if p.get("gn_weight") else None
         self.register_buffer("gamma", gammas(self.n).float(), persistent=False)
 
     def _qkv(self, x, positions):
@@ -92,10 +99,9 @@ class RetNet(nn.Module, MixerSpec):
         """o [B, n, T, m], scale [n, T] (Σ_{j≤t} γ^j) -> y [B, T, d]."""
         if self.decay_normalize:
             o = o / scale.to(o.dtype).sqrt()[None, :, :, None]
-        if self.group_norm == "rmsnorm":
-            o = rms_norm(o, self.gn_eps)
-        else:
-            o = F.layer_norm(o, (self.m,), eps=self.gn_eps)  # = GroupNorm(n groups), no affine
+        o = group_norm(o, self.group_norm, self.gn_eps)  # layernorm: GroupNorm(n groups), no affine
+        if self.gn is not None:
+            o = self.gn(o)
         return self.o(F.silu(self.g(x)) * merge_heads(o))
 
     def forward(self, x):
@@ -112,24 +118,12 @@ class RetNet(nn.Module, MixerSpec):
         return self._out(x[:, None], o, decay_scale(self.gamma, pos + 1)[:, -1:])[:, 0]
 
 
-def retnet_cost(d, heads, value_dim=None, group_norm="layernorm", decay_normalize=False):
+def retnet_cost(d, heads, value_dim=None, group_norm="layernorm", decay_normalize=False, gn_weight=False):
     n, h = heads, d // heads
     dv = value_dim or d
     m = dv // n  # a head's value size
-    if group_norm == "rmsnorm":
-        norm_per_head = (Cost(mul=m, add=m - 1, div=1)     # mean of squares
-                         + Cost(add=1)                     # + ε
-                         + Cost(exp=1)                     # (ms + ε)^{−1/2}
-                         + Cost(mul=m))                    # normalise
-        norm_path = "mul-cum-div-cum-exp-mul"               # square, Σ, ÷m, +ε, rsqrt, normalise
-    else:
-        norm_per_head = (Cost(add=m - 1, div=1)            # mean
-                         + Cost(add=m)                     # centre
-                         + Cost(mul=m, add=m - 1, div=1)   # variance
-                         + Cost(add=1)                     # + ε
-                         + Cost(exp=1)                     # (var + ε)^{−1/2}
-                         + Cost(mul=m))                    # normalise
-        norm_path = "cum-div-cum-mul-cum-div-cum-exp-mul"   # mean, centre, square, Σ, ÷m, +ε, rsqrt, normalise
+    norm_per_head = group_norm_cost(m, group_norm)
+    norm_path = norm_per_head.critical_path
     c = (2 * vec_mat(d, d)                    # q, k
          + 2 * vec_mat(d, dv) + vec_mat(dv, d)  # v, g; o
          + rope(d) + rope(d)                  # RoPE on q and k
@@ -146,4 +140,9 @@ def retnet_cost(d, heads, value_dim=None, group_norm="layernorm", decay_normaliz
         # precomputed; applying it is one mul per value
         c = c + Cost(mul=dv)
         path += "-mul"
-    return c.with_path(path + "-" + norm_path + "-mul-mul-cum")  # ..., gate, W_o
+    path += "-" + norm_path
+    if gn_weight:
+        # the norm's weight, one mul per value (it could be folded into W_o; counted as computed)
+        c = c + Cost(mul=dv)
+        path += "-mul"
+    return c.with_path(path + "-mul-mul-cum")  # ..., gate, W_o

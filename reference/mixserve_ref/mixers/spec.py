@@ -10,6 +10,8 @@ class MixerSpec:
                            # features → the head size)
     quiet_params = ()      # params that config.json carries only when not at their default: added
                            # after models were written, which stay byte-identical
+    choices = {}           # params that take one of a few values: key → the allowed values
+                           # (booleans: (False, True))
     always_rotates = False  # RoPE on q and k whatever "rope" says (needs an even head size)
     paper_layer = {}       # its layer in the paper-config benchmarks (d 128, 18 layers)
     model_overrides = {}   # model keys its models need (e.g. its own FFN), in benchmarks and tests

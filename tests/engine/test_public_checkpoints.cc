@@ -1,9 +1,11 @@
-// torchscale RetNet checkpoints load directly and give torchscale's logits and greedy tokens
-// (issue #25): tests/golden_public/retnet_torchscale* were written by torchscale's own
-// RetNetDecoder (reference/public_fixtures.py --torchscale): its config.json (RetNetConfig's
-// arguments) and state_dict as they are, the logits of its parallel and its recurrent
-// (incremental) forward, and the tokens it picks greedily after the prompt. What mixserve cannot
-// run is refused with the key that asks for it.
+// Checkpoints of public RetNet and linear-attention code load directly and give that code's logits
+// and greedy tokens (issue #25): tests/golden_public/retnet_torchscale* were written by
+// microsoft/torchscale's RetNetDecoder (reference/public_fixtures.py --torchscale: config.json
+// holds RetNetConfig's arguments), retnet_fla* and linear_attn_fla* by flash-linear-attention's
+// RetNetForCausalLM and LinearAttentionForCausalLM (Hugging Face directories); each with its state
+// dict as the public code names it, the logits of its parallel and its recurrent form, and the
+// tokens it picks greedily after the prompt. What mixserve cannot run is refused with the key
+// that asks for it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model_dir.h"
@@ -28,11 +31,11 @@ namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden_public/";
 
-// Of max |logit|, against torchscale's recurrent form, which computes what mixserve computes (its
-// decay-sum scale included): measured 2026-11-27 1.8e-7 (retnet_torchscale) and 1.1e-7 (tied),
-// prefill and decode alike. Against its parallel form a looser bound: that form divides each row
-// of scores by a data-dependent clamped sum, which the RMS group norm cancels but for its eps
-// (measured 1.8e-7 and 2.7e-6).
+// Of max |logit|, against the public code's recurrent form, which computes what mixserve computes
+// (torchscale's decay-sum scale included): measured 2026-11-27 on torchscale's 1.8e-7
+// (retnet_torchscale) and 1.1e-7 (tied), prefill and decode alike. Against its parallel form a
+// looser bound: torchscale's divides each row of scores by a data-dependent clamped sum, which the
+// RMS group norm cancels but for its eps (measured 1.8e-7 and 2.7e-6).
 constexpr double kRecurrentTolerance = 2e-6;
 constexpr double kParallelTolerance = 3e-5;
 
@@ -85,12 +88,20 @@ double scale_of(const std::vector<float>& v) {
   return s;
 }
 
-class TorchscaleImport : public ::testing::TestWithParam<std::string> {};
+struct PublicCheckpoint {
+  const char* fixture;  // tests/golden_public/<fixture>
+  const char* format;   // LoadedModel::format
+};
+void PrintTo(const PublicCheckpoint& c, std::ostream* os) {
+  *os << c.fixture;
+}
 
-TEST_P(TorchscaleImport, LogitsAndGreedyTokensAreTorchscales) {
-  const TorchscaleExpected x = load_torchscale_expected(GetParam());
+class PublicCheckpoints : public ::testing::TestWithParam<PublicCheckpoint> {};
+
+TEST_P(PublicCheckpoints, LogitsAndGreedyTokensAreThePublicCodes) {
+  const PublicModelExpected x = load_public_model_expected(GetParam().fixture);
   Model m(x.model_dir);
-  EXPECT_EQ(m.loaded.format, "torchscale_retnet");
+  EXPECT_EQ(m.loaded.format, GetParam().format);
   const double scale = scale_of(x.recurrent);
   ASSERT_GT(scale, 1e-3) << "degenerate logits check nothing";
   const std::vector<float> prefill = m.prefill(x.tokens), decode = m.decode(x.tokens);
@@ -101,7 +112,7 @@ TEST_P(TorchscaleImport, LogitsAndGreedyTokensAreTorchscales) {
       max_abs_diff(decode.data(), x.recurrent.data(), decode.size()) / scale;
   const double vs_parallel =
       max_abs_diff(prefill.data(), x.parallel.data(), prefill.size()) / scale;
-  EXPECT_LE(vs_recurrent, kRecurrentTolerance) << "prefill against torchscale's recurrent form";
+  EXPECT_LE(vs_recurrent, kRecurrentTolerance) << "prefill against the public recurrent form";
   EXPECT_LE(decode_vs_recurrent, kRecurrentTolerance) << "decode against its recurrent form";
   EXPECT_LE(vs_parallel, kParallelTolerance) << "prefill against its parallel form";
   EXPECT_EQ(m.greedy({x.tokens.begin(), x.tokens.begin() + x.prompt_len()}, x.greedy.size()),
@@ -109,14 +120,26 @@ TEST_P(TorchscaleImport, LogitsAndGreedyTokensAreTorchscales) {
   std::printf(
       "%s: max |logit| %.3g; prefill within %.3g of it (recurrent), decode %.3g, "
       "prefill %.3g of the parallel form\n",
-      GetParam().c_str(), scale, vs_recurrent, decode_vs_recurrent, vs_parallel);
+      GetParam().fixture, scale, vs_recurrent, decode_vs_recurrent, vs_parallel);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, PublicCheckpoints,
+    ::testing::Values(PublicCheckpoint{"retnet_torchscale", "torchscale_retnet"},
+                      PublicCheckpoint{"retnet_torchscale_tied", "torchscale_retnet"},
+                      PublicCheckpoint{"retnet_fla", "retnet"},
+                      PublicCheckpoint{"retnet_fla_tied_gqa", "retnet"},
+                      PublicCheckpoint{"linear_attn_fla", "linear_attn"},
+                      PublicCheckpoint{"linear_attn_fla_elu", "linear_attn"}),
+    [](const auto& info) { return std::string(info.param.fixture); });
+
+class TorchscaleImport : public ::testing::TestWithParam<std::string> {};
 
 // Each of torchscale's conventions is needed: without it the logits move well past the tolerance
 // (measured: RoPE 0.034–0.043 of max |logit|, the group norm's kind 0.011–0.018, the decay-sum
 // scale 1.4e-5–3.3e-3, exact against tanh GELU 3.4e-5–0.019).
 TEST_P(TorchscaleImport, EachConventionIsNeeded) {
-  const TorchscaleExpected x = load_torchscale_expected(GetParam());
+  const PublicModelExpected x = load_public_model_expected(GetParam());
   const double scale = scale_of(x.recurrent);
   void (*tweaks[])(ModelConfig&) = {
       [](ModelConfig& c) {
@@ -147,6 +170,43 @@ TEST_P(TorchscaleImport, EachConventionIsNeeded) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TorchscaleImport,
                          ::testing::Values("retnet_torchscale", "retnet_torchscale_tied"),
                          [](const auto& info) { return info.param; });
+
+// fla's conventions likewise: the group-norm weight (RetNet, linear attention), the q scale and
+// the division (linear attention).
+TEST(FlaImport, EachConventionIsNeeded) {
+  struct Case {
+    const char* fixture;
+    const char* what;
+    void (*tweak)(ModelConfig&);
+  };
+  const Case cases[] = {
+      {"retnet_fla", "no group-norm weight",
+       [](ModelConfig& c) {
+         for (LayerConfig& l : c.layers) l.gn_weight = false;
+       }},
+      {"linear_attn_fla", "no group-norm weight",
+       [](ModelConfig& c) {
+         for (LayerConfig& l : c.layers) l.gn_weight = false;
+       }},
+      {"linear_attn_fla", "no q scale",
+       [](ModelConfig& c) {
+         for (LayerConfig& l : c.layers) l.q_scale = false;
+       }},
+      {"linear_attn_fla_elu", "the other division",
+       [](ModelConfig& c) {
+         for (LayerConfig& l : c.layers) l.normalize = !l.normalize;
+       }},
+  };
+  for (const Case& k : cases) {
+    const PublicModelExpected x = load_public_model_expected(k.fixture);
+    Model m(x.model_dir, k.tweak);
+    const std::vector<float> got = m.prefill(x.tokens);
+    const double diff =
+        max_abs_diff(got.data(), x.recurrent.data(), got.size()) / scale_of(x.recurrent);
+    EXPECT_GT(diff, 5 * kRecurrentTolerance) << k.fixture << ": " << k.what;
+    std::printf("%s with %s: %.3g of max |logit|\n", k.fixture, k.what, diff);
+  }
+}
 
 // A copy of the fixture's model directory, config.json edited or tensors replaced.
 class BrokenCopy {
@@ -217,6 +277,31 @@ TEST(TorchscaleImportRefuses, WhatMixserveCannotRunByItsKey) {
     copy.set(key, value);
     const std::string error = copy.error();
     EXPECT_NE(error.find(key), std::string::npos) << key << ": " << error;
+  }
+}
+
+TEST(FlaImportRefuses, WhatMixserveCannotRunByItsKey) {
+  const std::vector<std::tuple<const char*, std::string, nlohmann::json>> cases = {
+      {"retnet_fla", "expand_k", 0.5},
+      {"retnet_fla", "use_output_gate", false},
+      {"retnet_fla", "feature_map", "relu"},
+      {"retnet_fla", "hidden_act", "powlu"},
+      {"retnet_fla", "attn", nlohmann::json::object({{"layers", {0}}})},
+      {"retnet_fla", "attnres_block_size", 2},
+      {"retnet_fla", "num_heads", 3},
+      {"retnet_fla", "norm_eps", 0},
+      {"linear_attn_fla", "feature_map", "hedgehog"},
+      {"linear_attn_fla", "norm_q", true},
+      {"linear_attn_fla", "expand_v", 2.0},
+      {"linear_attn_fla", "use_output_gate", true},  // RetNet's key, not linear attention's
+      {"retnet_fla", "norm_first", true},            // an older fla's key
+  };
+  for (const auto& [fixture, key, value] : cases) {
+    BrokenCopy copy(fixture);
+    copy.set(key, value);
+    const std::string error = copy.error();
+    EXPECT_NE(error.find("\"" + key + "\""), std::string::npos)
+        << fixture << " " << key << ": " << error;
   }
 }
 
