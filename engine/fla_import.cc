@@ -1,5 +1,6 @@
 #include "engine/fla_import.h"
 
+#include <climits>
 #include <map>
 #include <regex>
 #include <set>
@@ -21,8 +22,9 @@ bool is_retnet(const json& c) {
 int64_t gated_mlp_width(const ImportArgs& a, int64_t d, int64_t default_ratio) {
   if (a.present("intermediate_size")) return a.positive("intermediate_size", 0);
   const int64_t ratio = a.positive("hidden_ratio", default_ratio);
-  const int64_t width = d * ratio * 2 / 3;
-  return (width + 255) / 256 * 256;
+  const double width = static_cast<double>(d) * ratio * 2 / 3;  // Python's float division
+  if (width > INT32_MAX) a.fail("hidden_ratio", "gives an MLP wider than 2^31");
+  return (static_cast<int64_t>(width) + 255) / 256 * 256;
 }
 
 // Rows [kv_heads · size, d] → [heads · size, d]: query head j reads kv head j / (heads / kv_heads).
@@ -102,6 +104,8 @@ ModelConfig fla_config(const json& c, const std::string& src) {
   if (a.number("expand_k", 1.0) != 1.0) a.fail("expand_k", "other than 1 is not supported");
   const double expand_v = a.number("expand_v", retnet ? 2.0 : 1.0);
   if (!retnet && expand_v != 1.0) a.fail("expand_v", "other than 1 is not supported");
+  if (!(m.d_model * expand_v >= 1 && m.d_model * expand_v <= INT32_MAX))
+    a.fail("expand_v", "must give a value width from 1 to 2^31 − 1");
   const int64_t value_dim = static_cast<int64_t>(m.d_model * expand_v);
   if (m.d_model % heads || value_dim % heads || heads % kv_heads || (m.d_model / heads) % 2)
     a.fail("num_heads",

@@ -2,6 +2,7 @@
 // configs) with the framework's default for an absent or null key, and refusals that name the key.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -38,9 +39,10 @@ struct ImportArgs {
     if (!c[key].is_string()) fail(key, "must be a string");
     return c[key].get<std::string>();
   }
+  // A size: positive and below 2^31, so that products of a few sizes stay far from overflow.
   int64_t positive(const char* key, int64_t fallback) const {
     const int64_t v = integer(key, fallback);
-    if (v <= 0) fail(key, "must be a positive integer");
+    if (v <= 0 || v > INT32_MAX) fail(key, "must be a positive integer below 2^31");
     return v;
   }
   void refuse_if(bool cond, const char* key, const std::string& why) const {

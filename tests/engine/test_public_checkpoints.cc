@@ -271,6 +271,7 @@ TEST(TorchscaleImportRefuses, WhatMixserveCannotRunByItsKey) {
       {"vocab_size", nullptr},         // torchscale's default −1
       {"layernorm_eps", 0},
       {"decoder_layers", "2"},
+      {"decoder_ffn_embed_dim", int64_t{1} << 40},
   };
   for (const auto& [key, value] : cases) {
     BrokenCopy copy;
@@ -293,6 +294,8 @@ TEST(FlaImportRefuses, WhatMixserveCannotRunByItsKey) {
       {"linear_attn_fla", "feature_map", "hedgehog"},
       {"linear_attn_fla", "norm_q", true},
       {"linear_attn_fla", "expand_v", 2.0},
+      {"retnet_fla", "expand_v", 1e30},
+      {"retnet_fla", "hidden_size", int64_t{1} << 40},
       {"linear_attn_fla", "use_output_gate", true},  // RetNet's key, not linear attention's
       {"retnet_fla", "norm_first", true},            // an older fla's key
   };
