@@ -11,6 +11,7 @@
 #include "engine/model_error.h"
 #include "engine/model_weights.h"
 #include "engine/safetensors.h"
+#include "engine/torch_checkpoint.h"
 #include "engine/torchscale_import.h"
 
 namespace mixserve {
@@ -245,7 +246,7 @@ ImportedModel import_hf_model(const std::string& dir) {
     throw ModelError(cfg_path + ": model_type \"" + type +
                      "\" cannot be imported (gpt2, rwkv, and fla's retnet and linear_attn can)");
   }
-  SafetensorsFile file(dir + "/model.safetensors");
+  const CheckpointFile file(dir);  // model.safetensors, else pytorch_model.bin or the *.pt
   m.weights = std::make_unique<OwnedWeights>();
   for (const TensorView& t : file.tensors()) {
     if (!placer(t.name, to_float32(t), t.shape, *m.weights, m.config))

@@ -1,8 +1,9 @@
 // Direct loading of Hugging Face GPT-2 and RWKV-4 checkpoints (config.json with "model_type"
-// "gpt2" or "rwkv", model.safetensors) and of torchscale RetNet ones (engine/torchscale_import.h):
-// the config is mapped onto ours and the tensors renamed and reshaped — GPT-2's Conv1D weights
-// are stored [in, out] and its q, k, v packed in c_attn; RWKV's time_mix_* are [1, 1, d] and
-// time_decay stays raw.
+// "gpt2" or "rwkv"), of torchscale RetNet ones (engine/torchscale_import.h) and of fla's RetNet and
+// linear attention (engine/fla_import.h), their weights from model.safetensors or a torch.save
+// file (engine/torch_checkpoint.h): the config is mapped onto ours and the tensors renamed and
+// reshaped — GPT-2's Conv1D weights are stored [in, out] and its q, k, v packed in c_attn; RWKV's
+// time_mix_* are [1, 1, d] and time_decay stays raw.
 #pragma once
 
 #include <map>

@@ -8,9 +8,10 @@ import numpy as np
 import torch
 
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int32: "I32",
-           torch.int64: "I64"}
-_NP = {"F32": np.float32, "F16": np.float16, "BF16": np.int16, "I32": np.int32, "I64": np.int64}
-_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8}
+           torch.int64: "I64", torch.float64: "F64", torch.bool: "BOOL"}
+_NP = {"F32": np.float32, "F16": np.float16, "BF16": np.int16, "I32": np.int32, "I64": np.int64,
+       "F64": np.float64, "BOOL": np.bool_}
+_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "F64": 8, "BOOL": 1}
 
 
 def _bytes(t):
