@@ -173,13 +173,15 @@ TEST_P(GoldenCuda, BatchInvarianceBitwise) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenCuda, ::testing::ValuesIn(golden_names()),
                          [](const auto& info) { return info.param; });
 
-// A torchscale RetNet checkpoint (tests/golden_public/retnet_torchscale*, written by torchscale's
-// own code) on the GPU: prefill and decode against torchscale's recurrent logits, its greedy
-// tokens. The CPU is within 1.8e-7 of max |logit| (tests/engine/test_torchscale_import.cc); 2e-5
-// here, the GPU's float32 bound for the golden fixtures, until a GPU has measured it.
-TEST(CudaBackend, TorchscaleRetnetGivesTorchscalesLogitsAndTokens) {
+// The public checkpoints (tests/golden_public: torchscale's RetNet, fla's RetNet and linear
+// attention, written by their own code) on the GPU: prefill and decode against the public code's
+// recurrent logits, its greedy tokens. The CPU is within 1.1e-7 to 5.2e-7 of max |logit|
+// (tests/engine/test_public_checkpoints.cc); 2e-5 here, the GPU's float32 bound for the golden
+// fixtures, until a GPU has measured it.
+TEST(CudaBackend, PublicCheckpointsGiveThePublicCodesLogitsAndTokens) {
   SKIP_WITHOUT_GPU();
-  for (const char* name : {"retnet_torchscale", "retnet_torchscale_tied"}) {
+  for (const char* name : {"retnet_torchscale", "retnet_torchscale_tied", "retnet_fla",
+                           "retnet_fla_tied_gqa", "linear_attn_fla", "linear_attn_fla_elu"}) {
     const PublicModelExpected x = load_public_model_expected(name);
     LoadedModel m = load_model_dir(x.model_dir);
     CudaBackendOptions o;
