@@ -18,7 +18,8 @@ class ChatTemplate;  // engine/chat_template.h
 struct LoadedModel {
   std::string id;  // the directory's name, or --served-model-name
   std::string dir;
-  std::string format = "mixserve";  // or "gpt2" / "rwkv" for imported Hugging Face checkpoints
+  // or the imported checkpoint's kind: "gpt2", "rwkv", "torchscale_retnet", fla's "retnet" / "linear_attn"
+  std::string format = "mixserve";
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer
