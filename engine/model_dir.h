@@ -18,7 +18,8 @@ class ChatTemplate;  // engine/chat_template.h
 struct LoadedModel {
   std::string id;  // the directory's name, or --served-model-name
   std::string dir;
-  // or the imported checkpoint's kind: "gpt2", "rwkv", "torchscale_retnet", fla's "retnet" / "linear_attn"
+  // "mixserve", or an imported checkpoint's kind: "gpt2", "rwkv", "torchscale_retnet", fla's
+  // "retnet" or "linear_attn"
   std::string format = "mixserve";
   ModelConfig config;
   std::unique_ptr<WeightSource> weights;
