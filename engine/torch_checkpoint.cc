@@ -526,6 +526,7 @@ void TorchCheckpoint::parse() {
           "\"model_state_dict\"");
   }
   const Value& d = m.values[dict];
+  size_t gathered_bytes = 0;
   for (size_t i = 0; i < d.items.size(); i += 2) {
     const std::string& name = m.values[d.items[i]].s;
     const Value& t = m.values[d.items[i + 1]];
@@ -536,6 +537,7 @@ void TorchCheckpoint::parse() {
     const uint64_t storage_elems = entry->second.size / elem;
     // Row-major contiguity, the extent in elements and the element count, with overflow checks.
     int64_t numel = 1, last = t.offset, expect = 1;
+    int64_t reach = 0;  // (size − 1)·stride of one dimension
     bool contiguous = true;
     if (t.offset < 0) fail(name + ": negative storage offset");
     for (size_t k = t.shape.size(); k-- > 0;) {
@@ -545,7 +547,8 @@ void TorchCheckpoint::parse() {
       if (size > 1 && stride != expect) contiguous = false;
       if (__builtin_mul_overflow(expect, size, &expect) ||
           __builtin_mul_overflow(numel, size == 0 ? 1 : size, &numel) ||
-          (size > 0 && __builtin_add_overflow(last, (size - 1) * stride, &last)) ||
+          (size > 0 && (__builtin_mul_overflow(size - 1, stride, &reach) ||
+                        __builtin_add_overflow(last, reach, &last))) ||
           numel > (int64_t{1} << 40))
         fail(name + ": too large");
     }
@@ -557,9 +560,17 @@ void TorchCheckpoint::parse() {
     v.shape = t.shape;
     v.bytes = static_cast<size_t>(numel) * elem;
     const uint8_t* base = bytes_.data() + entry->second.offset;
-    if (contiguous || numel == 0) {
+    if (numel == 0) {
+      v.data = base;  // no element: its offset may lie anywhere
+    } else if (contiguous) {
       v.data = base + t.offset * elem;
     } else {  // gather the strided view into a buffer of its own
+      // A broadcast view (stride 0) or many views of one storage could ask for far more memory
+      // than the file holds: the copies together stay within the file's size plus 64 MiB.
+      gathered_bytes += v.bytes;
+      if (static_cast<uint64_t>(numel) > storage_elems ||
+          gathered_bytes > bytes_.size() + (64u << 20))
+        fail(name + ": a strided view larger than the file can justify (broadcast strides?)");
       std::vector<uint8_t> out(v.bytes);
       std::vector<int64_t> index(t.shape.size(), 0);
       for (int64_t n = 0; n < numel; ++n) {

@@ -12,6 +12,8 @@
 - objects.pt: a small checkpoint whose other entries hold what fairseq's do besides tensors
   (a Namespace with None and lists, nested dicts and tuples, a set, a frozenset, floats), the
   state dict under "model"; also the fuzz target's seed (fuzz/corpus/torch_checkpoint).
+- broadcast.pt: a stride-0 view of 1000 elements over a storage of one, which the reader refuses
+  (gathering it would take more memory than the file justifies).
 """
 import argparse
 import os
@@ -78,6 +80,7 @@ def main():
                "cfg": {"a": {"b": 1.5, "c": [1, 2, (3, 4)]}},
                "extra_state": {"epoch": 1, "s": {1, 2}, "f": frozenset([3]), "big": 2 ** 40, "neg": -7}}
     torch.save(objects, os.path.join(OUT, "objects.pt"))
+    torch.save({"broadcast": torch.zeros(1).expand(1000)}, os.path.join(OUT, "broadcast.pt"))
     shutil.copy(os.path.join(OUT, "objects.pt"), os.path.join(ROOT, "fuzz", "corpus", "torch_checkpoint", "objects.pt"))
     shutil.copy(os.path.join(OUT, "tensors.pt"), os.path.join(ROOT, "fuzz", "corpus", "torch_checkpoint", "tensors.pt"))
     print(f"wrote {OUT}: tensors.pt ({len(t)} tensors), fairseq_retnet/checkpoint.pt, objects.pt")

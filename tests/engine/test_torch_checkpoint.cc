@@ -100,6 +100,11 @@ TEST(TorchCheckpoint, BrokenFilesAreOneErrorNamingTheFile) {
   EXPECT_GT(errors, good.size() / 3 - 2) << "every proper prefix is refused";
 }
 
+TEST(TorchCheckpoint, ABroadcastViewIsRefused) {
+  const std::string e = error_of(bytes_of(kDir + "broadcast.pt"));
+  EXPECT_NE(e.find("broadcast: a strided view larger than the file can justify"), std::string::npos) << e;
+}
+
 TEST(TorchCheckpoint, ADirectoryWithoutACheckpointOrWithSeveralIsAnError) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "mixserve_pt_dir";
