@@ -39,7 +39,8 @@ std::map<std::string, ZipEntry> read_zip(const std::vector<uint8_t>& f,
   if (count == 0xffff || cd_size == 0xffffffff || cd == 0xffffffff) {  // zip64
     if (eocd < 20 || le(&f[eocd - 20], 4) != 0x07064b50) fail("zip64 locator missing");
     const uint64_t rec = le(&f[eocd - 12], 8);
-    if (rec > n - 56 || le(&f[rec], 4) != 0x06064b50) fail("zip64 end record out of place");
+    if (n < 56 || rec > n - 56 || le(&f[rec], 4) != 0x06064b50)
+      fail("zip64 end record out of place");
     count = le(&f[rec + 32], 8), cd_size = le(&f[rec + 40], 8), cd = le(&f[rec + 48], 8);
   }
   if (cd > n || cd_size > n - cd) fail("central directory out of the file");
@@ -69,7 +70,7 @@ std::map<std::string, ZipEntry> read_zip(const std::vector<uint8_t>& f,
     }
     if (method != 0) fail(name + ": compressed (torch.save stores entries uncompressed)");
     if (csize != usize) fail(name + ": sizes disagree");
-    if (local > n - 30 || le(&f[local], 4) != 0x04034b50)
+    if (n < 30 || local > n - 30 || le(&f[local], 4) != 0x04034b50)
       fail(name + ": local header out of place");
     const uint64_t data = local + 30 + le(&f[local + 26], 2) + le(&f[local + 28], 2);
     if (data > n || usize > n - data) fail(name + ": data out of the file");
