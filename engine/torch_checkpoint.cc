@@ -109,7 +109,9 @@ struct Value {
   std::vector<int64_t> shape, stride;
 };
 
-constexpr size_t kMaxValues = size_t{1} << 26;
+// Each value is ~100 bytes: 4 Mi of them (a pickle of 200,000 tensors and more) stay well within
+// memory, where a crafted file of 64 MiB of one-byte opcodes could otherwise ask for gigabytes.
+constexpr size_t kMaxValues = size_t{1} << 22;
 
 struct Machine {
   const uint8_t* p;
