@@ -171,61 +171,59 @@ ModelConfig fla_config(const json& c, const std::string& src) {
 
 FlaPlacer fla_placer(const json& c) {
   const bool retnet = is_retnet(c);
-  const int64_t heads_default = retnet ? 8 : 4;
-  const int64_t heads = c.contains("num_heads") && c["num_heads"].is_number_integer()
-                            ? c["num_heads"].get<int64_t>()
-                            : heads_default;
+  // fla_config validated it; absent or null: one kv head per query head (0 here)
   const int64_t kv_heads = c.contains("num_kv_heads") && c["num_kv_heads"].is_number_integer()
                                ? c["num_kv_heads"].get<int64_t>()
-                               : heads;
-  return [retnet, heads, kv_heads](const std::string& name, std::vector<float> v,
-                                   const std::vector<int64_t>&, OwnedWeights& out,
-                                   const ModelConfig& cfg) {
-    auto place = [&](const std::string& ours) {
-      out.tensors()[ours] = std::move(v);
-      return true;
-    };
-    if (name == "model.embeddings.weight") return place("embed.weight");
-    if (name == "model.norm.weight") return place("norm_f.weight");
-    if (name == "lm_head.weight") return place("head.weight");
-    static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
-    std::smatch m;
-    if (!std::regex_match(name, m, layer)) return false;
-    const std::string p = "layers." + m[1].str() + ".", rest = m[2];
-    const int64_t d = cfg.d_model, h = d / heads, hv = cfg.layers[0].value_dim / heads;
-    if (rest == "attn.k_proj.weight") {
-      v = expand_groups(v, heads, kv_heads, h, d);
-      return place(p + "mixer.k.weight");
-    }
-    if (rest == "attn.v_proj.weight") {
-      v = expand_groups(v, heads, kv_heads, hv, d);
-      return place(p + "mixer.v.weight");
-    }
-    static const std::map<std::string, std::string> common = {
-        {"attn_norm.weight", "ln1.weight"},         {"mlp_norm.weight", "ln2.weight"},
-        {"attn.q_proj.weight", "mixer.q.weight"},   {"attn.o_proj.weight", "mixer.o.weight"},
-        {"mlp.gate_proj.weight", "ffn.fc1.weight"}, {"mlp.up_proj.weight", "ffn.gate.weight"},
-        {"mlp.down_proj.weight", "ffn.fc2.weight"}};
-    static const std::map<std::string, std::string> retnet_only = {
-        {"attn.g_proj.weight", "mixer.g.weight"},
-        {"attn.g_norm_swish_gate.weight", "mixer.gn.weight"},
-        {"attn.g_norm.weight", "mixer.gn.weight"}};
-    static const std::map<std::string, std::string> linear_only = {
-        {"attn.norm.weight", "mixer.gn.weight"},
-        {"attn.feature_map_q.layer1.weight", "mixer.fq1.weight"},
-        {"attn.feature_map_q.layer1.bias", "mixer.fq1.bias"},
-        {"attn.feature_map_q.layer2.weight", "mixer.fq2.weight"},
-        {"attn.feature_map_q.layer2.bias", "mixer.fq2.bias"},
-        {"attn.feature_map_k.layer1.weight", "mixer.fk1.weight"},
-        {"attn.feature_map_k.layer1.bias", "mixer.fk1.bias"},
-        {"attn.feature_map_k.layer2.weight", "mixer.fk2.weight"},
-        {"attn.feature_map_k.layer2.bias", "mixer.fk2.bias"}};
-    for (const auto* names : {&common, retnet ? &retnet_only : &linear_only}) {
-      const auto it = names->find(rest);
-      if (it != names->end()) return place(p + it->second);
-    }
-    return false;
-  };
+                               : 0;
+  return
+      [retnet, kv_heads](const std::string& name, std::vector<float> v, const std::vector<int64_t>&,
+                         OwnedWeights& out, const ModelConfig& cfg) {
+        auto place = [&](const std::string& ours) {
+          out.tensors()[ours] = std::move(v);
+          return true;
+        };
+        if (name == "model.embeddings.weight") return place("embed.weight");
+        if (name == "model.norm.weight") return place("norm_f.weight");
+        if (name == "lm_head.weight") return place("head.weight");
+        static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+        std::smatch m;
+        if (!std::regex_match(name, m, layer)) return false;
+        const std::string p = "layers." + m[1].str() + ".", rest = m[2];
+        const int64_t heads = cfg.layers[0].heads, kv = kv_heads > 0 ? kv_heads : heads;
+        const int64_t d = cfg.d_model, h = d / heads, hv = cfg.layers[0].value_dim / heads;
+        if (rest == "attn.k_proj.weight") {
+          v = expand_groups(v, heads, kv, h, d);
+          return place(p + "mixer.k.weight");
+        }
+        if (rest == "attn.v_proj.weight") {
+          v = expand_groups(v, heads, kv, hv, d);
+          return place(p + "mixer.v.weight");
+        }
+        static const std::map<std::string, std::string> common = {
+            {"attn_norm.weight", "ln1.weight"},         {"mlp_norm.weight", "ln2.weight"},
+            {"attn.q_proj.weight", "mixer.q.weight"},   {"attn.o_proj.weight", "mixer.o.weight"},
+            {"mlp.gate_proj.weight", "ffn.fc1.weight"}, {"mlp.up_proj.weight", "ffn.gate.weight"},
+            {"mlp.down_proj.weight", "ffn.fc2.weight"}};
+        static const std::map<std::string, std::string> retnet_only = {
+            {"attn.g_proj.weight", "mixer.g.weight"},
+            {"attn.g_norm_swish_gate.weight", "mixer.gn.weight"},
+            {"attn.g_norm.weight", "mixer.gn.weight"}};
+        static const std::map<std::string, std::string> linear_only = {
+            {"attn.norm.weight", "mixer.gn.weight"},
+            {"attn.feature_map_q.layer1.weight", "mixer.fq1.weight"},
+            {"attn.feature_map_q.layer1.bias", "mixer.fq1.bias"},
+            {"attn.feature_map_q.layer2.weight", "mixer.fq2.weight"},
+            {"attn.feature_map_q.layer2.bias", "mixer.fq2.bias"},
+            {"attn.feature_map_k.layer1.weight", "mixer.fk1.weight"},
+            {"attn.feature_map_k.layer1.bias", "mixer.fk1.bias"},
+            {"attn.feature_map_k.layer2.weight", "mixer.fk2.weight"},
+            {"attn.feature_map_k.layer2.bias", "mixer.fk2.bias"}};
+        for (const auto* names : {&common, retnet ? &retnet_only : &linear_only}) {
+          const auto it = names->find(rest);
+          if (it != names->end()) return place(p + it->second);
+        }
+        return false;
+      };
 }
 
 void fla_finish(const json& c, const ModelConfig& cfg, OwnedWeights& out) {

@@ -111,6 +111,21 @@ struct Value {
 
 // Each value is ~100 bytes: 4 Mi of them (a pickle of 200,000 tensors and more) stay well within
 // memory, where a crafted file of 64 MiB of one-byte opcodes could otherwise ask for gigabytes.
+// The width of the length that precedes a string's or bytes' data, by opcode.
+int length_bytes(uint8_t op) {
+  switch (op) {
+    case 0x8c:
+    case 'U':
+    case 'C':
+      return 1;  // SHORT_*
+    case 0x8d:
+    case 0x8e:
+      return 8;  // *8
+    default:
+      return 4;
+  }
+}
+
 constexpr size_t kMaxValues = size_t{1} << 22;
 
 struct Machine {
@@ -318,29 +333,17 @@ struct Machine {
           break;
         }
         case 'X':
-          stack.push_back(text(Value::Kind::kString, take_le(4)));
-          break;  // BINUNICODE
         case 0x8c:
-          stack.push_back(text(Value::Kind::kString, take_le(1)));
-          break;  // SHORT_BINUNICODE
-        case 0x8d:
-          stack.push_back(text(Value::Kind::kString, take_le(8)));
-          break;  // BINUNICODE8
+        case 0x8d:  // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
+          stack.push_back(text(Value::Kind::kString, take_le(length_bytes(op))));
+          break;
         case 'T':
-          stack.push_back(text(Value::Kind::kBytes, take_le(4)));
-          break;  // BINSTRING
         case 'U':
-          stack.push_back(text(Value::Kind::kBytes, take_le(1)));
-          break;  // SHORT_BINSTRING
         case 'B':
-          stack.push_back(text(Value::Kind::kBytes, take_le(4)));
-          break;  // BINBYTES
         case 'C':
-          stack.push_back(text(Value::Kind::kBytes, take_le(1)));
-          break;  // SHORT_BINBYTES
-        case 0x8e:
-          stack.push_back(text(Value::Kind::kBytes, take_le(8)));
-          break;  // BINBYTES8
+        case 0x8e:  // BINSTRING, SHORT_BINSTRING, BINBYTES, SHORT_BINBYTES, BINBYTES8
+          stack.push_back(text(Value::Kind::kBytes, take_le(length_bytes(op))));
+          break;
         case ')':
           stack.push_back(tuple({}));
           break;  // EMPTY_TUPLE
@@ -356,9 +359,11 @@ struct Machine {
           stack.push_back(tuple(pop_mark()));
           break;  // TUPLE
         case ']':
+        case 0x8f:  // EMPTY_LIST, EMPTY_SET (a set as a list)
           stack.push_back(add(Value::Kind::kList));
           break;
-        case 'l': {  // LIST
+        case 'l':
+        case 0x91: {  // LIST, FROZENSET
           Value v{Value::Kind::kList};
           v.items = pop_mark();
           stack.push_back(add(std::move(v)));
@@ -374,26 +379,13 @@ struct Machine {
           stack.push_back(d);
           break;
         }
-        case 0x8f:
-          stack.push_back(add(Value::Kind::kList));
-          break;      // EMPTY_SET (as a list)
-        case 0x90: {  // ADDITEMS
-          const std::vector<uint32_t> items = pop_mark();
-          append(top(), items);
-          break;
-        }
-        case 0x91: {  // FROZENSET
-          Value v{Value::Kind::kList};
-          v.items = pop_mark();
-          stack.push_back(add(std::move(v)));
-          break;
-        }
         case 'a': {  // APPEND
           const uint32_t v = pop();
           append(top(), {v});
           break;
         }
-        case 'e': {  // APPENDS
+        case 'e':
+        case 0x90: {  // APPENDS, ADDITEMS
           const std::vector<uint32_t> items = pop_mark();
           append(top(), items);
           break;
