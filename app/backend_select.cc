@@ -54,14 +54,24 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const BackendCho
                                                        free_after_weights, choice.models_left);
     }
     switch (choice.weights) {
-      case WeightFormat::kAuto: opts.weights = CudaWeightType::kAuto; break;
-      case WeightFormat::kF32: opts.weights = CudaWeightType::kF32; break;
-      case WeightFormat::kF16: opts.weights = CudaWeightType::kF16; break;
+      case WeightFormat::kAuto:
+        opts.weights = CudaWeightType::kAuto;
+        break;
+      case WeightFormat::kF32:
+        opts.weights = CudaWeightType::kF32;
+        break;
+      case WeightFormat::kF16:
+        opts.weights = CudaWeightType::kF16;
+        break;
       default:
         throw std::invalid_argument(std::string("--weights ") + weight_format_name(choice.weights) +
                                     ": the CUDA backend has auto, f32 and f16 weights so far "
                                     "(int8 and int4 run on the CPU backend: --backend cpu)");
     }
+    if (choice.kv_cache != KvCacheType::kF32)
+      throw std::invalid_argument(std::string("--kv-cache ") + kv_cache_name(choice.kv_cache) +
+                                  ": the CUDA backend keeps K/V in float32 so far (float16 K/V "
+                                  "runs on the CPU backend: --backend cpu)");
     return std::make_unique<CudaBackend>(model.config, *model.weights, opts);
   }
 #else
@@ -71,6 +81,7 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const BackendCho
   if (choice.pool_bytes > 0) opts.pool_bytes = choice.pool_bytes;
   opts.threads = choice.threads;
   opts.weights = choice.weights;
+  opts.kv_cache = choice.kv_cache;
   return std::make_unique<CpuBackend>(model.config, *model.weights, opts);
 }
 

@@ -19,6 +19,7 @@ struct BackendChoice {
   double gpu_memory_fraction = 0;  // CUDA with pool_bytes 0: this fraction of free device memory
   int threads = 0;                 // CPU threads (0: all cores)
   WeightFormat weights = WeightFormat::kAuto;  // --weights (engine/weight_format.h)
+  KvCacheType kv_cache = KvCacheType::kF32;    // --kv-cache (engine/model_config.h)
   // vLLM's --gpu-memory-utilization (CUDA, pool_bytes 0; 0: unset): the whole server keeps within
   // this fraction of the device's TOTAL memory. models_left: models still to load, this one
   // included; they share what is left evenly.

@@ -14,7 +14,8 @@ int generate_command(int argc, char** argv) {
   CLI::App app("Streams a completion of --prompt from a local model to stdout.",
                "mixserve generate");
   cli::setup(app, "MIXSERVE_");
-  std::string model_dir = "models/default", prompt, backend = "auto", weights = "auto";
+  std::string model_dir = "models/default", prompt, backend = "auto", weights = "auto",
+              kv_cache = "f32";
   int threads = 0;
   app.add_option("--model", model_dir,
                  "model directory (config.json, model.safetensors, tokenizer.model)")
@@ -33,6 +34,11 @@ int generate_command(int argc, char** argv) {
                  "backend (docs/cpu.md)")
       ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
       ->capture_default_str();
+  app.add_option("--kv-cache", kv_cache,
+                 "attention's K/V cache: f32, or f16 (half the bytes a step reads, as llama.cpp's "
+                 "default; CPU backend)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   SamplingFlags sampling;
   add_sampling_flags(app, sampling);
   cli::finish(app);
@@ -50,6 +56,7 @@ int generate_command(int argc, char** argv) {
     choice.backend = backend;
     choice.threads = threads;
     choice.weights = *parse_weight_format(weights);
+    choice.kv_cache = kv_cache_from_flag(kv_cache);
     Engine engine(model, make_backend(model, choice));
     std::promise<TokenOutput> last;
     SubmitResult r = engine.submit(p, [&](TokenOutput&& out) {

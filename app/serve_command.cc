@@ -12,10 +12,10 @@
 #include <iostream>
 #include <thread>
 
-#include "cli/flags.h"
-#include "engine/mixers/registry.h"
 #include "app/backend_select.h"
 #include "app/commands.h"
+#include "cli/flags.h"
+#include "engine/mixers/registry.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -37,8 +37,8 @@ namespace {
 // Every flag of `mixserve serve`, typed, with its default.
 struct ServeFlags {
   std::vector<std::string> models, served_names, chat_templates, api_keys;
-  std::string host = "127.0.0.1", backend = "auto", weights = "auto", api_key_file, tls_cert, tls_key,
-              static_dir = "clients/playground";
+  std::string host = "127.0.0.1", backend = "auto", weights = "auto", kv_cache = "f32",
+              api_key_file, tls_cert, tls_key, static_dir = "clients/playground";
   int grpc_port = 50051, http_port = 8000, threads = 0, max_batch = 256, max_queue = 1024,
       step_token_budget = 512, prefill_chunk = 256, cache_entries = 4096, http_threads = 4;
   int64_t pool_bytes = 0, max_body_bytes = 1048576, max_prompt_chars = 262144, max_tokens_limit = 0;
@@ -80,8 +80,15 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->check(cli::non_negative())
       ->capture_default_str();
   app.add_option("--weights", f.weights,
-                 "projections stored as: auto (as shipped: float16 when exact, else float32), f32, f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU backend (docs/cpu.md)")
+                 "projections stored as: auto (as shipped: float16 when exact, else float32), f32, "
+                 "f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU "
+                 "backend (docs/cpu.md)")
       ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
+      ->capture_default_str();
+  app.add_option("--kv-cache", f.kv_cache,
+                 "attention's K/V cache: f32, or f16 (half the bytes a step reads, as llama.cpp's "
+                 "default; CPU backend)")
+      ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
   app.add_option("--pool-bytes", f.pool_bytes,
                  "state-pool size per model in bytes (0: 256 MiB on the CPU; on a GPU see "
@@ -305,14 +312,15 @@ int serve_command(int argc, char** argv) {
       choice.models_left = static_cast<int>(dirs.size() - i);
       choice.threads = a.threads;
       choice.weights = *parse_weight_format(a.weights);
+      choice.kv_cache = kv_cache_from_flag(a.kv_cache);
       auto backend = make_backend(served->model, choice);
       served->backend = backend->name();
       served->engine = std::make_unique<Engine>(served->model, std::move(backend), eo);
       if (sessions.enabled()) sessions.restore(*served);  // before it serves a turn
       served->engine->start();
       std::cout << "model " << served->model.id << " (" << served->model.format << ", "
-                << served->backend << ", weights " << a.weights << ", tokenizer "
-                << served->model.tokenizer_kind()
+                << served->backend << ", weights " << a.weights << ", kv cache " << a.kv_cache
+                << ", tokenizer " << served->model.tokenizer_kind()
                 << (served->model.chat_template ? ", chat template" : "")
                 << "): " << served->model.config.n_layers << " layers, context "
                 << served->model.config.max_seq_len << std::endl;

@@ -21,6 +21,8 @@ beside Q4_0 (both GGUFs written by hf_gpt2_to_gguf.py from the same model). The 
 quantize differently (and llama.cpp's Q8_0/Q4_0 dot products quantize the activations to 8 bits
 as well), so their greedy tokens may differ: that is reported, not a failure; the float64 forward
 of the unquantized model says how far each side's tokens follow its greedy tokens.
+--mixserve-kv-caches f32,f16 adds mixserve with `--kv-cache f16` (attention's K/V in float16, as
+llama.cpp keeps its cache by default) as a side of its own, "mixserve kv f16", in the same rounds.
 --peer-only runs llama.cpp alone (no mixserve build), e.g. for int8/int4 before mixserve has them.
 Results are keyed by the model: "f16"/"f32" for the float weights, "int8"/"int4" (or
 "f32-int8", ...) for the quantized ones.
@@ -129,12 +131,17 @@ def weights_flag(weights):
     return [] if weights == "f16" else ["--weights", weights]
 
 
-def run_mixserve(bench_bin, hf, weights, ids, batches, threads, steps):
+def mixserve_side(kv_cache):
+    return "mixserve" if kv_cache == "f32" else f"mixserve kv {kv_cache}"
+
+
+def run_mixserve(bench_bin, hf, weights, ids, batches, threads, steps, kv_cache="f32"):
     rows = []
     for t in threads:
         out = sh([bench_bin, "--model", hf, "--prompt-ids", ",".join(map(str, ids)), "--greedy", "--batches",
-                  ",".join(map(str, batches)), "--steps", str(steps), "--threads", str(t)] + weights_flag(weights)).stdout
-        rows += [dict(r, side="mixserve") for r in json_lines(out)]
+                  ",".join(map(str, batches)), "--steps", str(steps), "--threads", str(t)] + weights_flag(weights)
+                 + ([] if kv_cache == "f32" else ["--kv-cache", kv_cache])).stdout
+        rows += [dict(r, side=mixserve_side(kv_cache)) for r in json_lines(out)]
     return rows
 
 
@@ -236,7 +243,8 @@ def plot(result, path):
     import matplotlib.pyplot as plt
     models = result["models"]
     fig, axes = plt.subplots(len(models), 2, figsize=(13, 4.6 * len(models)), squeeze=False)
-    colors = {"mixserve": "tab:blue", "mixserve generate": "tab:cyan", "llama.cpp": "tab:orange"}
+    colors = {"mixserve": "tab:blue", "mixserve kv f16": "tab:green", "mixserve generate": "tab:cyan",
+              "llama.cpp": "tab:orange"}
     for row_axes, model in zip(axes, models):
         rows = [r for r in result["rows"] if r["model"] == model["key"]]
         what = (f"{model['dtype'].upper()} weights" if model["weights"] == "f16" else
@@ -268,15 +276,17 @@ def plot(result, path):
         # Right: aggregate tok/s by batch, each side at its best thread count.
         ax = row_axes[1]
         batches = sorted({r["batch"] for r in rows if r["side"] != "mixserve generate"})
-        for j, side in enumerate(s for s in ["mixserve", "llama.cpp"] if any(r["side"] == s for r in rows)):
+        tput_sides = [s for s in ["mixserve", "mixserve kv f16", "llama.cpp"] if any(r["side"] == s for r in rows)]
+        bw = 0.8 / len(tput_sides)
+        for j, side in enumerate(tput_sides):
             vals = [best(rows, side, b) for b in batches]
-            ax.bar([i + j * 0.4 for i in range(len(batches))], [v["tok_s"] if v else 0 for v in vals], 0.4,
+            ax.bar([i + j * bw for i in range(len(batches))], [v["tok_s"] if v else 0 for v in vals], bw,
                    color=colors[side], label=f"{side} (best thread count)")
             for i, v in enumerate(vals):
                 if v:
-                    ax.annotate(f"{v['tok_s']:.0f}\n{v['threads']}t", (i + j * 0.4, v["tok_s"]), ha="center",
+                    ax.annotate(f"{v['tok_s']:.0f}\n{v['threads']}t", (i + j * bw, v["tok_s"]), ha="center",
                                 va="bottom", fontsize=7)
-        ax.set_xticks([i + 0.2 for i in range(len(batches))])
+        ax.set_xticks([i + 0.4 - bw / 2 for i in range(len(batches))])
         ax.set_xticklabels([f"batch {b}" for b in batches])
         ax.set_ylabel("decode tokens/s (all sequences)")
         ax.set_title(f"{what}: throughput", fontsize=9)
@@ -322,6 +332,8 @@ def main():
     ap.add_argument("--dtypes", default="f16,f32")
     ap.add_argument("--weights", default="f16",
                     help="comma-separated: f16 (the model's float weights), int8 (beside Q8_0), int4 (beside Q4_0)")
+    ap.add_argument("--mixserve-kv-caches", default="f32",
+                    help="mixserve's --kv-cache values, each a side of its own (f32,f16)")
     ap.add_argument("--peer-only", action="store_true", help="run llama.cpp alone (no mixserve build or runs)")
     ap.add_argument("--steps", type=int, default=48, help="decode steps timed per run")
     ap.add_argument("--prompt", default=PROMPT)
@@ -368,16 +380,22 @@ def main():
     raw = {m["key"]: [] for m in models}
     versions = {}
     load_rounds = []
-    sides = ["llama.cpp"] if args.peer_only else ["mixserve", "llama.cpp", "generate"]
+    kv_caches = args.mixserve_kv_caches.split(",")
+    if any(k not in ("f32", "f16") for k in kv_caches) or "f32" not in kv_caches:
+        sys.exit(f"--mixserve-kv-caches: {args.mixserve_kv_caches}: f32, optionally with f16")
+    ours_sides = [mixserve_side(k) for k in kv_caches]
+    timed = ["llama.cpp"] if args.peer_only else ours_sides + ["llama.cpp"]
     for rnd in range(args.rounds):
         load_rounds.append(os.getloadavg()[0])
         for m in models:
-            # Sides alternate, and swap places every round, so a burst of other work lands on both.
-            order = sides if rnd % 2 == 0 else sides[1::-1] + sides[2:]
+            # Sides alternate, and swap places every round, so a burst of other work lands on both;
+            # generate (batch 1, its own figure) comes last.
+            order = (timed if rnd % 2 == 0 else timed[::-1]) + ([] if args.peer_only else ["generate"])
             for side in order:
                 print(f"[round {rnd + 1}/{args.rounds}, load {os.getloadavg()[0]:.2f}] {m['key']} {side}", flush=True)
-                if side == "mixserve":
-                    rows = run_mixserve(bench_bin, m["hf"], m["weights"], tok, batches, threads, args.steps)
+                if side in ours_sides:
+                    rows = run_mixserve(bench_bin, m["hf"], m["weights"], tok, batches, threads, args.steps,
+                                        kv_caches[ours_sides.index(side)])
                 elif side == "llama.cpp":
                     versions, rows = run_llama(modules, m["gguf"], tok, batches, threads, args.steps)
                 else:
@@ -423,6 +441,11 @@ def main():
                                                           for r in raw[key] if r["side"] == "mixserve generate")})
             if "f64_tokens" in g:
                 g["mixserve_f64_greedy_agreement"] = leading_agreement(ours, g["f64_tokens"])
+            for side in ours_sides[1:]:  # float16 K/V: its tokens beside float32 K/V's
+                mine = next(r["greedy_tokens"] for r in first if r["side"] == side)
+                g[side.replace(" ", "_") + "_tokens_agreement_with_mixserve"] = leading_agreement(mine, ours)
+                g[side.replace(" ", "_") + "_same_at_every_batch_and_thread_count"] = all(
+                    r["greedy_tokens"] == mine for r in raw[key] if r["side"] == side)
         judged = {}
         for r in peer_runs:
             key_tokens = tuple(r["greedy_tokens"])
@@ -483,13 +506,14 @@ def main():
     if not args.peer_only:
         for m in models:
             mrows = [r for r in rows if r["model"] == m["key"]]
-            for b in batches:
-                ours, peer = best(mrows, "mixserve", b), best(mrows, "llama.cpp", b)
-                same_t = {t: (next(r for r in mrows if r["side"] == "mixserve" and r["batch"] == b and r["threads"] == t),
+            for b, side in ((b, s) for s in ours_sides for b in batches):
+                ours, peer = best(mrows, side, b), best(mrows, "llama.cpp", b)
+                same_t = {t: (next(r for r in mrows if r["side"] == side and r["batch"] == b and r["threads"] == t),
                               next(r for r in mrows if r["side"] == "llama.cpp" and r["batch"] == b and r["threads"] == t))
                           for t in threads}
                 comparisons.append({
-                    "model": m["key"], "dtype": m["dtype"], "weights": m["weights"], "peer_format": m["peer_format"],
+                    "model": m["key"], "side": side, "kv_cache": kv_caches[ours_sides.index(side)],
+                    "dtype": m["dtype"], "weights": m["weights"], "peer_format": m["peer_format"],
                     "batch": b, "peer_best_threads": peer["threads"], "mixserve_best_threads": ours["threads"],
                     "mixserve_ms": ours["ms_per_step_median"], "llama_cpp_ms_median": peer["ms_per_step_median"],
                     "llama_cpp_ms_mean": peer["ms_per_step_mean"],
@@ -498,7 +522,7 @@ def main():
                     "speedup_same_threads": {str(t): p["ms_per_step_median"] / o["ms_per_step_median"]
                                              for t, (o, p) in same_t.items()}})
         for c in comparisons:
-            print(f"{c['model']} batch {c['batch']:3d}: mixserve {c['mixserve_ms']:7.2f} ms ({c['mixserve_best_threads']}t), "
+            print(f"{c['model']} batch {c['batch']:3d}: {c['side']} {c['mixserve_ms']:7.2f} ms ({c['mixserve_best_threads']}t), "
                   f"llama.cpp {c['peer_format']} best {c['llama_cpp_ms_median']:7.2f} ms median / "
                   f"{c['llama_cpp_ms_mean']:7.2f} mean ({c['peer_best_threads']}t): "
                   f"{c['speedup_vs_peer_best_median']:.2f}x", flush=True)
@@ -540,7 +564,7 @@ def main():
         "load_average_after": load_after, "load_average_1min_each_round": load_rounds,
         "versions": dict(versions, **mixserve_version),
         "model": {k: cfg[k] for k in ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions")},
-        "dtypes": dtypes, "weights": weights, "peer_only": args.peer_only,
+        "dtypes": dtypes, "weights": weights, "mixserve_kv_caches": kv_caches, "peer_only": args.peer_only,
         "models": [{k: m[k] for k in ("key", "dtype", "weights", "peer_format")} for m in models],
         "prompt": args.prompt, "prompt_ids": tok, "steps": args.steps, "rounds": args.rounds,
         "batches": batches, "threads": threads, "comparisons": comparisons, "llama_cpp_best": peer_best,
@@ -558,7 +582,8 @@ def main():
     }
     os.makedirs(args.out_dir, exist_ok=True)
     # Runs of other weights (or of llama.cpp alone) get their own files beside the float one.
-    suffix = ("" if weights == ["f16"] else "-" + "-".join(weights)) + ("-peer-only" if args.peer_only else "")
+    suffix = (("" if weights == ["f16"] else "-" + "-".join(weights)) + ("-peer-only" if args.peer_only else "")
+              + ("" if kv_caches == ["f32"] else "-kv-" + "-".join(kv_caches)))
     stem = os.path.join(args.out_dir, f"peer-decode-{date}{suffix}")
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)

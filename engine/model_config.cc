@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "engine/mixers/registry.h"
 
@@ -292,6 +293,16 @@ ModelConfig load_model_config(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return parse_model_config(ss.str(), path);
+}
+
+const char* kv_cache_name(KvCacheType t) {
+  return t == KvCacheType::kF16 ? "f16" : "f32";
+}
+
+KvCacheType kv_cache_from_flag(const std::string& s) {
+  for (KvCacheType t : {KvCacheType::kF32, KvCacheType::kF16})
+    if (s == kv_cache_name(t)) return t;
+  throw std::invalid_argument("--kv-cache must be f32 or f16, got \"" + s + "\"");
 }
 
 }  // namespace mixserve

@@ -47,6 +47,9 @@ enum class FfnKind { kMlp, kRwkvChannelMix, kGlu };
 // RetNet's rotation: rotate-half with angles base^(−2i/h) (ours, GPT-NeoX, fla), or torchscale's
 // interleaved pairs (x₂ᵢ, x₂ᵢ₊₁) with angles base^(−i/(h/2−1)).
 enum class RopeStyle { kHalf, kTorchscale };
+// How attention keeps its K/V rows (--kv-cache): float32, or rounded to float16 (llama.cpp's
+// default cache type, vLLM's --kv-cache-dtype), half the bytes a decode step reads and keeps.
+enum class KvCacheType { kF32, kF16 };
 
 const char* mixer_kind_name(MixerKind kind);
 // Throws ModelError for an unknown name.
@@ -91,6 +94,8 @@ struct ModelConfig {
   bool embed_norm = false;
   int64_t bos_id = -1, eos_id = -1;
   std::vector<LayerConfig> layers;
+  // Not a config.json key: a serving choice the backend's options set (CpuBackendOptions).
+  KvCacheType kv_cache = KvCacheType::kF32;
 
   int64_t head_dim(int layer) const { return d_model / layers[layer].heads; }
 };
@@ -99,5 +104,9 @@ struct ModelConfig {
 ModelConfig parse_model_config(const std::string& json_text,
                                const std::string& source = "config.json");
 ModelConfig load_model_config(const std::string& path);
+
+const char* kv_cache_name(KvCacheType t);  // "f32", "f16"
+// "f32" or "f16"; throws std::invalid_argument naming the --kv-cache flag otherwise.
+KvCacheType kv_cache_from_flag(const std::string& s);
 
 }  // namespace mixserve

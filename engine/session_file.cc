@@ -136,7 +136,7 @@ uint64_t model_fingerprint(const LoadedModel& model, const std::vector<StateLayo
   h.add(c.norm_eps);
   h.add(static_cast<int>(c.activation)), h.add(static_cast<int>(c.ffn));
   h.add(c.bias), h.add(c.head_bias), h.add(c.tie_embeddings), h.add(c.embed_norm);
-  h.add(c.bos_id), h.add(c.eos_id);
+  h.add(c.bos_id), h.add(c.eos_id), h.add(static_cast<int>(c.kv_cache));
   for (const LayerConfig& l : c.layers) {
     h.add(static_cast<int>(l.kind)), h.add(l.heads), h.add(l.rope), h.add(l.rope_base);
     h.add(l.window), h.add(l.out_proj), h.add(l.gn_eps), h.add(l.eps), h.add(l.features);

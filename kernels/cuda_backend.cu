@@ -270,6 +270,10 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
                          const CudaBackendOptions& opts)
     : impl_(std::make_unique<Impl>(cfg, opts)) {
   Impl& m = *impl_;
+  if (cfg.kv_cache != KvCacheType::kF32)
+    throw std::invalid_argument(
+        "the CUDA backend keeps K/V in float32 so far (kv_cache f16 is the "
+        "CPU backend's)");
   CUDA_CHECK(cudaSetDevice(opts.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   m.d = static_cast<int>(cfg.d_model);

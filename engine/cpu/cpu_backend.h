@@ -14,10 +14,11 @@
 namespace mixserve {
 
 struct CpuBackendOptions {
-  int64_t pool_bytes = 256ll << 20;  // memory for every sequence's state
-  int32_t page_floats = 0;           // 0: d_model (the smallest page every row fits in)
-  int threads = 0;                   // 0: hardware concurrency
+  int64_t pool_bytes = 256ll << 20;            // memory for every sequence's state
+  int32_t page_floats = 0;                     // 0: d_model (the smallest page every row fits in)
+  int threads = 0;                             // 0: hardware concurrency
   WeightFormat weights = WeightFormat::kAuto;  // how projections are packed (--weights)
+  KvCacheType kv_cache = KvCacheType::kF32;    // how attention keeps K/V (--kv-cache)
 };
 
 class CpuBackend : public Backend {
@@ -49,6 +50,8 @@ class CpuBackend : public Backend {
     std::unique_ptr<CpuLayerPart> mixer, ffn;
   };
   void embed(const ForwardBatch& batch, float* x) const;
+  // x += y (when add), then xn = norm(x) with weight w and bias b, over rows of the step.
+  void add_and_normalize(int64_t rows, bool add, const float* w, const float* b);
   float* page(int32_t id) { return memory_.get() + static_cast<int64_t>(id) * page_floats_; }
   const float* page(int32_t id) const {
     return memory_.get() + static_cast<int64_t>(id) * page_floats_;
@@ -69,6 +72,5 @@ class CpuBackend : public Backend {
   std::vector<float> x_, xn_, y_, last_;  // activations, reused between steps
   std::vector<double> mixer_seconds_;     // per layer, the last forward pass
 };
-
 
 }  // namespace mixserve

@@ -154,10 +154,15 @@ __attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const Int4Panel
 // pf … pf_end: bytes of the next work item's weights to bring in meanwhile, one cache line a k
 // (see multiply_packed); prefetching changes no result. Into L1 (T0) rather than L2 (T1): 3–4%
 // more GFLOP/s at batch 32, weights from memory (4 alternated rounds, 2026-11-27).
+// The tile is stored as multiply_packed's store() would: out[r][j] = acc·scale[j] + bias[j]
+// (scale: null for none; bias: null for + 0), rows ldo apart — straight into y when the pair's
+// columns all lie in it, which saved the tile's round trip through a buffer (~2% of a batch-32
+// step).
 template <int R, typename W>
 __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int64_t ldx,
                                                              const W p0, const W p1, int64_t K,
-                                                             float* out /* [R][2P] */,
+                                                             float* out /* [R][ldo] */, int64_t ldo,
+                                                             const float* scale, const float* bias,
                                                              const char* pf, const char* pf_end) {
   static_assert(R >= 1 && R <= 12);
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
@@ -185,10 +190,30 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
     MIXSERVE_ROW(7) MIXSERVE_ROW(8) MIXSERVE_ROW(9) MIXSERVE_ROW(10) MIXSERVE_ROW(11)
 #undef MIXSERVE_ROW
   }
-#define MIXSERVE_STORE(i)                        \
-  if constexpr (R > i) {                         \
-    _mm512_storeu_ps(out + i * 2 * P, a##i);     \
-    _mm512_storeu_ps(out + i * 2 * P + P, b##i); \
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 c0 = bias ? _mm512_loadu_ps(bias) : zero,
+               c1 = bias ? _mm512_loadu_ps(bias + P) : zero;
+  if (scale) {
+    const __m512 s0 = _mm512_loadu_ps(scale), s1 = _mm512_loadu_ps(scale + P);
+#define MIXSERVE_SCALE(i)           \
+  if constexpr (R > i) {            \
+    a##i = _mm512_mul_ps(a##i, s0); \
+    b##i = _mm512_mul_ps(b##i, s1); \
+  }
+    MIXSERVE_SCALE(0)
+    MIXSERVE_SCALE(1)
+    MIXSERVE_SCALE(2)
+    MIXSERVE_SCALE(3)
+    MIXSERVE_SCALE(4)
+    MIXSERVE_SCALE(5)
+    MIXSERVE_SCALE(6)
+    MIXSERVE_SCALE(7) MIXSERVE_SCALE(8) MIXSERVE_SCALE(9) MIXSERVE_SCALE(10) MIXSERVE_SCALE(11)
+#undef MIXSERVE_SCALE
+  }
+#define MIXSERVE_STORE(i)                                         \
+  if constexpr (R > i) {                                          \
+    _mm512_storeu_ps(out + i * ldo, _mm512_add_ps(a##i, c0));     \
+    _mm512_storeu_ps(out + i * ldo + P, _mm512_add_ps(b##i, c1)); \
   }
   MIXSERVE_STORE(0)
   MIXSERVE_STORE(1)
@@ -342,8 +367,8 @@ bool have_avx512() {
 template <typename W>
 using PanelKernel = void (*)(const float*, int64_t, const W, int64_t, float*, int64_t);
 template <typename W>
-using PairKernel = void (*)(const float*, int64_t, const W, const W, int64_t, float*, const char*,
-                            const char*);
+using PairKernel = void (*)(const float*, int64_t, const W, const W, int64_t, float*, int64_t,
+                            const float*, const float*, const char*, const char*);
 template <typename W, int... I>
 constexpr std::array<PairKernel<W>, sizeof...(I)> pair_avx512_table(
     std::integer_sequence<int, I...>) {
@@ -361,27 +386,44 @@ K kernel_for(const std::array<K, N>& table, int64_t rows) {
 }
 #endif
 
+// Where a tile's finished outputs can go straight away: rows ldy apart from y, each column scaled
+// (scale: null for none) and biased (bias: null for none) as multiply_packed's store() does.
+struct TileOutput {
+  float* y;
+  int64_t ldy;
+  const float *scale, *bias;
+};
+
 // rows ≤ kRowTile rows of x times the panels p0 and p1 (two = false: p0 alone), with the widest
-// kernel the CPU has: out[r][0..P) from p0, out[r][P..2P) from p1.
+// kernel the CPU has: out[r][0..P) from p0, out[r][P..2P) from p1. Returns true when the kernel
+// stored the finished tile into *direct instead (given only when both panels' columns lie in y).
 template <typename W>
-void run_pair(const float* x, int64_t ldx, int64_t rows, const W& p0, const W& p1, bool two,
-              int64_t K, float* out /* [rows][2P] */, const char* pf, const char* pf_end) {
+bool run_pair(const float* x, int64_t ldx, int64_t rows, const W& p0, const W& p1, bool two,
+              int64_t K, float* out /* [rows][2P] */, const char* pf, const char* pf_end,
+              const TileOutput* direct) {
 #if defined(__x86_64__)
-  if (have_avx512() && !g_force_scalar && !g_force_avx2)  // a lone panel is computed twice
-    return kernel_for(
-        pair_avx512_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowTile)>{}), rows)(
-        x, ldx, p0, two ? p1 : p0, K, out, pf, pf_end);
+  if (have_avx512() && !g_force_scalar && !g_force_avx2) {  // a lone panel is computed twice
+    const auto kernel = kernel_for(
+        pair_avx512_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowTile)>{}), rows);
+    if (direct) {
+      kernel(x, ldx, p0, p1, K, direct->y, direct->ldy, direct->scale, direct->bias, pf, pf_end);
+      return true;
+    }
+    kernel(x, ldx, p0, two ? p1 : p0, K, out, 2 * P, nullptr, nullptr, pf, pf_end);
+    return false;
+  }
   if (have_avx2() && !g_force_scalar) {
     for (int half = 0; half < (two ? 2 : 1); ++half)
       for (int64_t r0 = 0; r0 < rows; r0 += kRowsAvx2)
         kernel_for(
             panel_avx2_table<W>(std::make_integer_sequence<int, static_cast<int>(kRowsAvx2)>{}),
             rows - r0)(x + r0 * ldx, ldx, half ? p1 : p0, K, out + r0 * 2 * P + half * P, 2 * P);
-    return;
+    return false;
   }
 #endif
   panel_scalar(x, ldx, rows, p0, K, out, 2 * P);
   if (two) panel_scalar(x, ldx, rows, p1, K, out + P, 2 * P);
+  return false;
 }
 
 // y = x·Wᵀ·diag(col_scale) + b over the panels panel(0 … ceil(n_out / P)), where panel(i) gives
@@ -470,9 +512,12 @@ void multiply_packed(PanelAt panel, const float* col_scale, const float* bias, i
         pf = next + bytes * tile / tiles;
         pf_end = next + bytes * (tile + 1) / tiles;
       }
-      run_pair(x + r0 * ldx, ldx, nr, panel(2 * pair), panel(two ? 2 * pair + 1 : 2 * pair), two,
-               k_used, out, pf, pf_end);
-      for (int64_t r = 0; r < nr; ++r) store(r0 + r, 2 * pair * P, 2 * P, out + r * 2 * P);
+      const int64_t n0 = 2 * pair * P;
+      const TileOutput direct{y + r0 * ldy + n0, ldy, col_scale ? col_scale + n0 : nullptr,
+                              bias ? bias + n0 : nullptr};
+      if (!run_pair(x + r0 * ldx, ldx, nr, panel(2 * pair), panel(two ? 2 * pair + 1 : 2 * pair),
+                    two, k_used, out, pf, pf_end, n0 + 2 * P <= n_out ? &direct : nullptr))
+        for (int64_t r = 0; r < nr; ++r) store(r0 + r, n0, 2 * P, out + r * 2 * P);
     }
   };
   if (pool)

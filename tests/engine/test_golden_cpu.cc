@@ -20,11 +20,13 @@ namespace {
 
 // The CPU backend every test here runs a fixture on: 2 threads, an 8 MiB pool.
 std::unique_ptr<CpuBackend> cpu_backend_for(const Fixture& fx,
-                                            WeightFormat weights = WeightFormat::kAuto) {
+                                            WeightFormat weights = WeightFormat::kAuto,
+                                            KvCacheType kv_cache = KvCacheType::kF32) {
   CpuBackendOptions opts;
   opts.pool_bytes = 8 << 20;
   opts.threads = 2;
   opts.weights = weights;
+  opts.kv_cache = kv_cache;
   return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, opts);
 }
 
@@ -194,6 +196,53 @@ TEST_P(QuantizedCpu, DecodeEqualsPrefillAndRowsDoNotDependOnTheBatch) {
                                              : 1.6 * (int8 ? it->second.first : it->second.second);
   EXPECT_LT(std::sqrt(err2 / norm2), bound) << "relative error of the prefill logits";
   run.alloc.release(seq);
+}
+
+// --kv-cache f16: attention's K/V rows rounded to float16 in half the bytes. Every fixture with
+// attention keeps decode == prefill and batch invariance bit for bit (prefill reads the rounded
+// rows as decode does), and its logits stay near the reference's; the rows really are float16 (half
+// the state per token, logits not bit-equal to float32 K/V's).
+TEST(KvCacheF16Cpu, DecodeEqualsPrefillBatchInvarianceAndNearTheReference) {
+  int checked = 0;
+  for (const std::string& name : golden_names()) {
+    Fixture fx = load_fixture(name);
+    std::vector<int> attention_layers;
+    for (int l = 0; l < fx.cfg.n_layers; ++l)
+      if (fx.cfg.layers[l].kind == MixerKind::kAttention) attention_layers.push_back(l);
+    if (attention_layers.empty()) continue;
+    SCOPED_TRACE(name);
+    ++checked;
+    auto backend = cpu_backend_for(fx, WeightFormat::kAuto, KvCacheType::kF16);
+    auto full = cpu_backend_for(fx);
+    for (int l : attention_layers)
+      EXPECT_EQ(2 * backend->state_layouts()[l].token_floats,
+                full->state_layouts()[l].token_floats);
+    Runner run(*backend), run_full(*full);
+    EXPECT_EQ(decode_prefill_difference(run, fx.tokens, fx.cfg.vocab_size), "");
+    std::mt19937 rng(42);
+    for (int batch : {7, 64}) EXPECT_EQ(batch_invariance_failure(run, rng, batch, true, 40), "");
+    EXPECT_EQ(run.pool.used(), 0);
+    SequenceState seq, seq_full;
+    const int P = fx.prompt_len;
+    const int64_t V = fx.cfg.vocab_size;
+    const std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + P);
+    auto logits = run.forward({&seq}, {prompt}, {0}, true);
+    auto logits_full = run_full.forward({&seq_full}, {prompt}, {0}, true);
+    EXPECT_NE(logits, logits_full) << "float16 K/V gave float32 K/V's logits bit for bit";
+    const auto& want = fx.expected.at("prefill_logits");
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < P * V; ++i) {
+      err = std::max(err, std::fabs(double{logits[i]} - want[i]));
+      scale = std::max(scale, std::fabs(double{want[i]}));
+    }
+    // float16 keeps 11 significant bits (relative rounding ≤ 2^-11 ≈ 4.9e-4 per K/V value):
+    // measured 8.3e-5 to 1.9e-4 of the largest logit over these fixtures (2026-11-27), bound at
+    // 10 times that. A row read as the wrong half, or k and v swapped, moves them by order 1.
+    EXPECT_LT(err / scale, 2e-3) << "largest logit error relative to the largest logit";
+    run.alloc.release(seq);
+    run_full.alloc.release(seq_full);
+  }
+  EXPECT_GE(checked, 3) << "fixtures with attention layers";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedCpu,

@@ -246,6 +246,29 @@ TEST(Flags, WeightFormats) {
   EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
 }
 
+// --kv-cache f16 keeps attention's K/V in float16 on the CPU backend (docs/cpu.md): a bad value is
+// refused, generate runs with it, and the server says at start-up which it took (here from
+// MIXSERVE_KV_CACHE) and completes with it over REST. (The default model has no attention layer:
+// the float16 arithmetic itself is KvCacheF16Cpu's.)
+TEST(Flags, KvCacheType) {
+  expect_refused("serve " + kModel + "--kv-cache f8", "--kv-cache");
+  expect_refused("generate " + kModel + "--prompt hi --kv-cache bf16", "--kv-cache");
+  const Outcome o = mixserve("generate " + kModel +
+                             "--threads 1 --prompt 'And God said' --max-tokens 8 --temperature 0 "
+                             "--kv-cache f16");
+  ASSERT_EQ(o.code, 0) << o.output;
+  EXPECT_NE(finish_line(o.output).find("completion_tokens=8"), std::string::npos) << o.output;
+  setenv("MIXSERVE_KV_CACHE", "f16", 1);
+  ServerProcess server({"--model", source_dir() + "/models/default"});
+  unsetenv("MIXSERVE_KV_CACHE");
+  EXPECT_NE(server.output().find("kv cache f16"), std::string::npos) << server.output();
+  const HttpResult r = curl(server.http_url("/v1/completions"),
+                            {"-H", "Content-Type: application/json", "-d",
+                             R"({"prompt": "And God said", "max_tokens": 5, "temperature": 0})"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
+}
+
 TEST(Flags, GpuMemoryUtilizationArithmetic) {
   constexpr int64_t GiB = int64_t{1} << 30;
   // 80 GiB device, 0.9 of it for the server: 72 GiB; 10 GiB in use once the weights are loaded

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/cpu/load_linear.h"
 #include "engine/cpu/ops.h"
@@ -10,6 +11,7 @@
 #include "engine/cpu/vec_math.h"
 #include "engine/layer_part.h"
 #include "engine/mixers/common.h"
+#include "engine/safetensors.h"
 
 namespace mixserve {
 
@@ -22,8 +24,12 @@ std::vector<WeightSpec> attention_weights(const ModelConfig& cfg, const LayerCon
 
 StateLayout attention_state(const ModelConfig& cfg, const LayerConfig&) {
   StateLayout s;
-  s.add_per_token("k", {cfg.d_model});
-  s.add_per_token("v", {cfg.d_model});
+  if (cfg.kv_cache == KvCacheType::kF16) {
+    s.add_per_token("kv_f16", {cfg.d_model});  // k then v as float16, two to a float
+  } else {
+    s.add_per_token("k", {cfg.d_model});
+    s.add_per_token("v", {cfg.d_model});
+  }
   return s;
 }
 
@@ -47,8 +53,29 @@ namespace {
 // prefetcher does not follow: at batch 64 a step reads tens of MB of them. Ask for the rows a few
 // positions ahead.
 constexpr int64_t kAhead = 4;
-inline void prefetch_row(const float* row, int64_t floats) {
-  for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(row + i);
+template <typename T>
+inline void prefetch_row(const T* row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(T)); i += 64) __builtin_prefetch(p + i);
+}
+// The same into L2 only: the V rows, read in the second pass, fetched during the first, so that
+// a step reads each token's K and V as one stream.
+template <typename T>
+inline void prefetch_row_l2(const T* row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(T)); i += 64)
+    __builtin_prefetch(p + i, 0, 2);
+}
+
+// A cached K or V row's channels as float32: float32 rows are used in place, float16 rows
+// (--kv-cache f16) converted into `buffer` (exactly: every float16 is a float32).
+inline const float* row_floats(const float* row, int64_t n, float*) {
+  (void)n;
+  return row;
+}
+inline const float* row_floats(const uint16_t* row, int64_t n, float* buffer) {
+  halves_to_floats(row, buffer, static_cast<size_t>(n));
+  return buffer;
 }
 
 // y += a ⊙ x. Out of line with restrict, so that it vectorises: written inline, the compiler
@@ -72,8 +99,8 @@ inline float sum8(const float* x, int64_t n) {
 
 // Per-thread buffers of the decode loop: kept, so no allocation per layer and step.
 struct AttendScratch {
-  std::vector<float> scores, prod, weight;
-  std::vector<const float*> k_rows, v_rows;
+  std::vector<float> scores, prod, weight, row;
+  std::vector<const void*> k_rows, v_rows;
 };
 
 // One task of the decode loop: the row at position T − 1 with query q attends over its T cached
@@ -81,8 +108,9 @@ struct AttendScratch {
 // head size when known at compile time (0: h at run time): a head's sum of q·k then unrolls into
 // a few adds in registers, where a call per head and position (32 heads of 4 channels: ~1,300 a
 // row and layer) took most of attention's time at batch 64. The sums are sum_in_lanes' whatever
-// H is, so the results do not depend on which instantiation runs.
-template <int H>
+// H is, so the results do not depend on which instantiation runs. KV is the cache's element type:
+// float, or uint16_t for float16 rows (k and v of a token in one row of d floats).
+template <int H, typename KV>
 void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h, int64_t h0,
             int64_t h1, AttendScratch& s, float* out) {
   if constexpr (H > 0) h = H;
@@ -90,17 +118,29 @@ void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h
   const float scale = 1.0f / std::sqrt(static_cast<float>(h));
   s.prod.resize(width);
   s.weight.resize(width);
+  s.row.resize(width);
   s.scores.resize(heads * T);
   s.k_rows.resize(T);
   s.v_rows.resize(T);
   for (int64_t j = 0; j < T; ++j) {  // each row's address once (a division by the page size)
-    s.k_rows[j] = st.token_row(j, 2 * d) + c0;
-    s.v_rows[j] = st.token_row(j, 2 * d, d) + c0;
+    if constexpr (std::is_same_v<KV, float>) {  // k and v: d floats each (in pages of their own)
+      s.k_rows[j] = st.token_row(j, 2 * d) + c0;
+      s.v_rows[j] = st.token_row(j, 2 * d, d) + c0;
+    } else {  // one row of d floats: k's d halves, then v's
+      const KV* row = reinterpret_cast<const KV*>(st.token_row(j, d));
+      s.k_rows[j] = row + c0;
+      s.v_rows[j] = row + d + c0;
+    }
   }
+  auto k_row = [&](int64_t j) { return static_cast<const KV*>(s.k_rows[j]); };
+  auto v_row = [&](int64_t j) { return static_cast<const KV*>(s.v_rows[j]); };
   float* prod = s.prod.data();
   for (int64_t j = 0; j < T; ++j) {
-    if (j + kAhead < T) prefetch_row(s.k_rows[j + kAhead], width);
-    const float* k = s.k_rows[j];
+    if (j + kAhead < T) {
+      prefetch_row(k_row(j + kAhead), width);
+      prefetch_row_l2(v_row(j + kAhead), width);
+    }
+    const float* k = row_floats(k_row(j), width, s.row.data());
     for (int64_t c = 0; c < width; ++c) prod[c] = q[c0 + c] * k[c];
     for (int64_t i = 0; i < heads; ++i)  // h is the constant H in a compiled instantiation
       s.scores[i * T + j] =
@@ -120,13 +160,13 @@ void attend(const float* q, const StateView& st, int64_t T, int64_t d, int64_t h
   // more than the arithmetic. Both add weight · v[c] to out[c] for j = 0, 1, …: the same bits.
   std::fill(out, out + width, 0.0f);
   for (int64_t j = 0; j < T; ++j) {
-    if (j + kAhead < T) prefetch_row(s.v_rows[j + kAhead], width);
+    if (j + kAhead < T) prefetch_row(v_row(j + kAhead), width);
+    const float* v = row_floats(v_row(j), width, s.row.data());
     if constexpr (H > 0) {
-      const float* v = s.v_rows[j];
       for (int64_t i = 0; i < heads; ++i) scale_add<H>(s.scores[i * T + j], v + i * H, out + i * H);
     } else {
       for (int64_t i = 0; i < heads; ++i) std::fill_n(&s.weight[i * h], h, s.scores[i * T + j]);
-      multiply_add(s.weight.data(), s.v_rows[j], out, width);
+      multiply_add(s.weight.data(), v, out, width);
     }
   }
 }
@@ -135,23 +175,24 @@ using AttendFn = void (*)(const float*, const StateView&, int64_t, int64_t, int6
                           int64_t, AttendScratch&, float*);
 bool g_force_generic = false;
 
+template <typename KV>
 AttendFn attend_for(int64_t h) {
-  if (g_force_generic) return &attend<0>;
+  if (g_force_generic) return &attend<0, KV>;
   switch (h) {
     case 4:
-      return &attend<4>;
+      return &attend<4, KV>;
     case 8:
-      return &attend<8>;
+      return &attend<8, KV>;
     case 16:
-      return &attend<16>;
+      return &attend<16, KV>;
     case 32:
-      return &attend<32>;
+      return &attend<32, KV>;
     case 64:
-      return &attend<64>;
+      return &attend<64, KV>;
     case 128:
-      return &attend<128>;
+      return &attend<128, KV>;
     default:
-      return &attend<0>;
+      return &attend<0, KV>;
   }
 }
 
@@ -162,6 +203,7 @@ class CpuAttention : public CpuLayerPart {
       : d_(cfg.d_model),
         n_(layer.heads),
         h_(cfg.d_model / layer.heads),
+        kv16_(cfg.kv_cache == KvCacheType::kF16),
         qkv_(load_fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
         o_(load_linear(w, p + "o", d_, d_, cfg.bias)) {
     if (layer.rope) rope_ = RopeTable(cfg.max_seq_len, h_, layer.rope_base);
@@ -181,8 +223,13 @@ class CpuAttention : public CpuLayerPart {
             rope_.apply(q + hd * h_, pos);
             rope_.apply(q + d + hd * h_, pos);
           }
-        std::memcpy(b.state[s].token_row(pos, 2 * d), q + d, sizeof(float) * d);
-        std::memcpy(b.state[s].token_row(pos, 2 * d, d), q + 2 * d, sizeof(float) * d);
+        if (kv16_) {  // k then v, rounded to float16, in the token's row of d floats
+          auto* row = reinterpret_cast<uint16_t*>(b.state[s].token_row(pos, d));
+          floats_to_halves(q + d, row, static_cast<size_t>(2 * d));
+        } else {
+          std::memcpy(b.state[s].token_row(pos, 2 * d), q + d, sizeof(float) * d);
+          std::memcpy(b.state[s].token_row(pos, 2 * d, d), q + 2 * d, sizeof(float) * d);
+        }
       }
     attn_.resize(rows * d);
     // One task per (row, group of heads): scores[h][j] = q_h·k_j,h/√h, softmax over j ≤ pos per
@@ -196,7 +243,7 @@ class CpuAttention : public CpuLayerPart {
             ? n_
             : std::min<int64_t>(n_, std::max<int64_t>(1, kGroupChannels / h_));
     const int64_t groups = (n_ + heads_per_group - 1) / heads_per_group;
-    const AttendFn attend_heads = attend_for(h_);
+    const AttendFn attend_heads = kv16_ ? attend_for<uint16_t>(h_) : attend_for<float>(h_);
     ctx.pool->parallel_for(rows * groups, [&](int64_t t0, int64_t t1) {
       thread_local AttendScratch scratch;
       for (int64_t t = t0; t < t1; ++t) {
@@ -213,6 +260,7 @@ class CpuAttention : public CpuLayerPart {
 
  private:
   int64_t d_, n_, h_;
+  bool kv16_;
   PackedWeight qkv_;
   PackedWeight o_;
   RopeTable rope_;
