@@ -5,6 +5,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "engine/cpu/load_linear.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
@@ -73,8 +77,21 @@ inline const float* row_floats(const float* row, int64_t n, float*) {
   (void)n;
   return row;
 }
+// Inline and without halves_to_floats' NaN check (which keeps signalling NaNs' payloads, of no
+// matter for K/V): called once per cached row, the call and the check cost as much as the
+// attention arithmetic (~8% of a batch-32 step each).
 inline const float* row_floats(const uint16_t* row, int64_t n, float* buffer) {
-  halves_to_floats(row, buffer, static_cast<size_t>(n));
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(
+        buffer + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i))));
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(buffer + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i))));
+#endif
+  for (; i < n; ++i) buffer[i] = half_to_float(row[i]);
   return buffer;
 }
 
