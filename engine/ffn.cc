@@ -80,12 +80,16 @@ class CpuMlp : public CpuLayerPart {
     // Side by side with two threads, at every batch size (one job instead of three), or with
     // more when the parts are matrix–vector products a core streams in a few microseconds; else
     // fc1 whole, then each part of fc2, over the whole pool.
-    // From 3 rows on, the parts are long enough (~0.5 ms each at batch 32 of a GPT-2-small
-    // shape) that when one core ran slower than the other (its neighbours on a shared host, its
-    // share of memory) the other sat idle; three jobs in smaller chunks let the first core done
-    // take the rest.
-    const bool side_by_side = parts() == 2 && ctx.pool && rows <= 2 &&
-                              (ctx.pool->size() == 2 || split_ * d <= (int64_t{1} << 18));
+    // Parts of ≥ 4M multiply-adds (~0.5 ms each at batch 32 of a GPT-2-small shape) are long
+    // enough that when one core ran slower than the other (its neighbours on a shared host, its
+    // share of memory) the other sat idle: fc1, the activation and fc2 then run as pooled jobs
+    // in smaller chunks, and the first core done takes the rest. Smaller parts (the paper
+    // configuration at batch 8 and 64) stay one job: there the extra jobs cost more (6–19% of a
+    // batch-8 step, alternated runs).
+    const int64_t part_macs = rows * split_ * d;
+    const bool side_by_side =
+        parts() == 2 && ctx.pool && part_macs < (int64_t{1} << 22) &&
+        (ctx.pool->size() == 2 || (rows <= 2 && split_ * d <= (int64_t{1} << 18)));
     if (side_by_side) {
       ctx.pool->parallel_for(2, [&](int64_t g0, int64_t g1) {
         for (int64_t g = g0; g < g1; ++g) {

@@ -39,10 +39,17 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::take_chunks(int self, uint64_t job_word) {
-  const uint64_t job = job_word >> 16;
-  const int64_t runs = static_cast<int64_t>(job_word & 0xffff);
+  const uint64_t job = job_word >> 32;  // the job's tag
+  const int64_t runs = static_cast<int64_t>(job_word & 0xffff),
+                chunks = static_cast<int64_t>(job_word >> 16 & 0xffff);
+  // With one chunk per thread a worker has nothing to take from the others: the caller is running
+  // its own, and takes a late worker's itself. Not looking saves the cache line's trip between
+  // the cores on every short job (batch-1 steps are made of them).
+  const bool steal = self == 0 || chunks > runs;
   for (int64_t i = 0; i < runs; ++i) {
-    Run& run = runs_[(self + i) % runs];
+    const int64_t t = (self + i) % runs;
+    if (t != self && !steal) continue;
+    Run& run = runs_[t];
     uint64_t word = run.word.load(std::memory_order_acquire);
     for (;;) {
       const int64_t next = static_cast<int64_t>(word & 0xffff),
@@ -62,8 +69,12 @@ void ThreadPool::take_chunks(int self, uint64_t job_word) {
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                               int64_t grain) {
   if (n <= 0) return;
-  const int64_t chunks = std::min<int64_t>({kMaxChunks, size() * kChunksPerThread,
-                                            std::max<int64_t>(1, n / std::max<int64_t>(grain, 1))});
+  // One chunk per thread for a short job (as many as `grain` allows); several per thread only when
+  // each would still hold kChunksPerThread grains, so short jobs pay for no extra claims.
+  const int64_t grains = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
+  const int64_t chunks = std::min<int64_t>(
+      {kMaxChunks, size() * kChunksPerThread,
+       std::max<int64_t>(std::min<int64_t>(grains, size()), grains / kChunksPerThread)});
   if (chunks <= 1) {
     fn(0, n);
     return;
@@ -77,7 +88,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   for (int64_t t = 0; t < runs; ++t)
     runs_[t].word.store(run_word(job, chunks * (t + 1) / runs, chunks * t / runs),
                         std::memory_order_release);
-  job_word_.store(job << 16 | static_cast<uint64_t>(runs), std::memory_order_release);
+  job_word_.store(
+      tag_of(job) << 32 | static_cast<uint64_t>(chunks) << 16 | static_cast<uint64_t>(runs),
+      std::memory_order_release);
   generation_.fetch_add(1);  // wakes the workers (seq_cst: pairs with sleepers_ below)
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);

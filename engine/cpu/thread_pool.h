@@ -54,8 +54,9 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<uint64_t> job_word_{0};  // (job number << 16) | threads taking part
-  std::atomic<int64_t> done_{0};       // chunks of the current job finished
+  std::atomic<uint64_t> job_word_{
+      0};                         // (job tag << 32) | (chunks << 16) | runs (threads taking part)
+  std::atomic<int64_t> done_{0};  // chunks of the current job finished
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
