@@ -195,10 +195,13 @@ __attribute__((target("avx512f,fma,f16c"))) void pair_avx512(const float* x, int
                c1 = bias ? _mm512_loadu_ps(bias + P) : zero;
   if (scale) {
     const __m512 s0 = _mm512_loadu_ps(scale), s1 = _mm512_loadu_ps(scale + P);
-#define MIXSERVE_SCALE(i)           \
-  if constexpr (R > i) {            \
-    a##i = _mm512_mul_ps(a##i, s0); \
-    b##i = _mm512_mul_ps(b##i, s1); \
+// The empty asm keeps each scaled sum rounded before the bias is added: GCC's intrinsics are
+// plain vector arithmetic, which it may contract into an fma (store() rounds twice).
+#define MIXSERVE_SCALE(i)                 \
+  if constexpr (R > i) {                  \
+    a##i = _mm512_mul_ps(a##i, s0);       \
+    b##i = _mm512_mul_ps(b##i, s1);       \
+    __asm__("" : "+v"(a##i), "+v"(b##i)); \
   }
     MIXSERVE_SCALE(0)
     MIXSERVE_SCALE(1)

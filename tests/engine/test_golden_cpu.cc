@@ -129,25 +129,28 @@ TEST(GoldenCpuAttention, HeadSizePathsGiveTheSameBits) {
     if (std::none_of(fx.cfg.layers.begin(), fx.cfg.layers.end(),
                      [](const LayerConfig& l) { return l.kind == MixerKind::kAttention; }))
       continue;
-    std::vector<float> logits[2];
-    for (int generic = 0; generic < 2; ++generic) {
-      attention_force_generic_heads(generic == 1);
-      auto backend = cpu_backend_for(fx);
-      Runner run(*backend);
-      SequenceState seq;
-      const int P = fx.prompt_len;
-      std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + P);
-      logits[generic] = run.forward({&seq}, {prompt}, {0}, /*all_logits=*/true);
-      for (int t = P; t < static_cast<int>(fx.tokens.size()); ++t) {
-        auto step = run.forward({&seq}, {{fx.tokens[t]}}, {t}, false);
-        logits[generic].insert(logits[generic].end(), step.begin(), step.end());
+    for (KvCacheType kv : {KvCacheType::kF32, KvCacheType::kF16}) {
+      std::vector<float> logits[2];
+      for (int generic = 0; generic < 2; ++generic) {
+        attention_force_generic_heads(generic == 1);
+        auto backend = cpu_backend_for(fx, WeightFormat::kAuto, kv);
+        Runner run(*backend);
+        SequenceState seq;
+        const int P = fx.prompt_len;
+        std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + P);
+        logits[generic] = run.forward({&seq}, {prompt}, {0}, /*all_logits=*/true);
+        for (int t = P; t < static_cast<int>(fx.tokens.size()); ++t) {
+          auto step = run.forward({&seq}, {{fx.tokens[t]}}, {t}, false);
+          logits[generic].insert(logits[generic].end(), step.begin(), step.end());
+        }
+        run.alloc.release(seq);
       }
-      run.alloc.release(seq);
+      attention_force_generic_heads(false);
+      ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
+      EXPECT_EQ(0,
+                std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
+          << name << " kv cache " << kv_cache_name(kv);
     }
-    attention_force_generic_heads(false);
-    ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
-    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)))
-        << name;
     ++checked;
   }
   EXPECT_GE(checked, 3) << "the attention fixtures (attention, attention_rope, hybrid_a)";
