@@ -77,15 +77,14 @@ class CpuMlp : public CpuLayerPart {
       const int64_t lo = part_begin(g);
       fc2_[g].multiply_prefix(&hidden_[lo], c, rows, fc2_[g].k(), &partial_[g * rows * d], pool);
     };
-    // Side by side with two threads, at every batch size (one job instead of three), or with
-    // more when the parts are matrix–vector products a core streams in a few microseconds; else
-    // fc1 whole, then each part of fc2, over the whole pool.
-    // Parts of ≥ 4M multiply-adds (~0.5 ms each at batch 32 of a GPT-2-small shape) are long
-    // enough that when one core ran slower than the other (its neighbours on a shared host, its
-    // share of memory) the other sat idle: fc1, the activation and fc2 then run as pooled jobs
-    // in smaller chunks, and the first core done takes the rest. Smaller parts (the paper
-    // configuration at batch 8 and 64) stay one job: there the extra jobs cost more (6–19% of a
-    // batch-8 step, alternated runs).
+    // Side by side (one job instead of four) with two threads, or with more when the parts are
+    // matrix–vector products a core streams in a few microseconds; else fc1 whole, the
+    // activation, then each part of fc2, over the whole pool. Parts of ≥ 4M multiply-adds (~0.5 ms
+    // each at batch 32 of a GPT-2-small shape) are long enough that when one core ran slower than
+    // the other (its neighbours on a shared host, its share of memory) the other sat idle: fc1, the
+    // activation and fc2 then run as pooled jobs in smaller chunks, and the first core done takes
+    // the rest. Smaller parts (the paper configuration at batch 8 and 64) stay one job: there the
+    // extra jobs cost more (most of its batch-8 steps 6–19% slower, alternated runs).
     const int64_t part_macs = rows * split_ * d;
     const bool side_by_side =
         parts() == 2 && ctx.pool && part_macs < (int64_t{1} << 22) &&
