@@ -14,12 +14,9 @@
 namespace mixserve {
 
 namespace {
-constexpr int64_t kMaxChunks = 0xffff;  // a chunk index fits in 16 bits of a run's word
+constexpr int64_t kMaxChunks = 0xffff;  // a chunk count fits in 16 bits of the job's word
 constexpr uint64_t tag_of(uint64_t job) {
   return job & 0xffffffffu;
-}
-constexpr uint64_t run_word(uint64_t job, int64_t end, int64_t next) {
-  return tag_of(job) << 32 | static_cast<uint64_t>(end) << 16 | static_cast<uint64_t>(next);
 }
 }  // namespace
 
@@ -50,15 +47,15 @@ void ThreadPool::take_chunks(int self, uint64_t job_word) {
     const int64_t t = (self + i) % runs;
     if (t != self && !steal) continue;
     Run& run = runs_[t];
+    const int64_t end = chunks * (t + 1) / runs;  // one past run t's last chunk
     uint64_t word = run.word.load(std::memory_order_acquire);
     for (;;) {
-      const int64_t next = static_cast<int64_t>(word & 0xffff),
-                    end = static_cast<int64_t>(word >> 16 & 0xffff);
-      if (word >> 32 != tag_of(job) || next >= end) break;
-      // A won exchange holds the job open (the caller waits for this chunk), so job_, job_n_ and
-      // job_chunks_ are this job's.
+      const int64_t next = static_cast<int64_t>(word & 0xffffffffu);
+      if (word >> 32 != job || next >= end) break;
+      // A won exchange holds the job open (the caller waits for this chunk), so job_ and job_n_
+      // are this job's.
       if (!run.word.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel)) continue;
-      const int64_t begin = job_n_ * next / job_chunks_, stop = job_n_ * (next + 1) / job_chunks_;
+      const int64_t begin = job_n_ * next / chunks, stop = job_n_ * (next + 1) / chunks;
       if (begin < stop) (*job_)(begin, stop);
       done_.fetch_add(1, std::memory_order_release);
       word = run.word.load(std::memory_order_acquire);
@@ -83,10 +80,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   const uint64_t job = ++jobs_;
   job_ = &fn;
   job_n_ = n;
-  job_chunks_ = chunks;
   done_.store(0, std::memory_order_relaxed);
   for (int64_t t = 0; t < runs; ++t)
-    runs_[t].word.store(run_word(job, chunks * (t + 1) / runs, chunks * t / runs),
+    runs_[t].word.store(tag_of(job) << 32 | static_cast<uint64_t>(chunks * t / runs),
                         std::memory_order_release);
   job_word_.store(
       tag_of(job) << 32 | static_cast<uint64_t>(chunks) << 16 | static_cast<uint64_t>(runs),

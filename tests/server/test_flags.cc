@@ -220,30 +220,40 @@ TEST(Flags, IgnoreEosTakesEffect) {
   }
 }
 
+// `mixserve generate` with `flags` on the default model writes 8 tokens.
+void expect_generate_completes(const std::string& flags) {
+  const Outcome o =
+      mixserve("generate " + kModel +
+               "--threads 1 --prompt 'And God said' --max-tokens 8 --temperature 0 " + flags);
+  ASSERT_EQ(o.code, 0) << flags << ": " << o.output;
+  EXPECT_NE(finish_line(o.output).find("completion_tokens=8"), std::string::npos)
+      << flags << ": " << o.output;
+}
+
+// A server on the default model with `env_var` set to `value` says `startup` in its start-up
+// output and completes a request over REST.
+void expect_server_with_env_completes(const char* env_var, const char* value,
+                                      const std::string& startup) {
+  setenv(env_var, value, 1);
+  ServerProcess server({"--model", source_dir() + "/models/default"});
+  unsetenv(env_var);
+  EXPECT_NE(server.output().find(startup), std::string::npos) << server.output();
+  const HttpResult r = curl(server.http_url("/v1/completions"),
+                            {"-H", "Content-Type: application/json", "-d",
+                             R"({"prompt": "And God said", "max_tokens": 5, "temperature": 0})"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
+}
+
 // --weights picks how the CPU backend stores the projections (docs/weight-formats.md): a bad
 // value is refused, generate runs in each format, and the server says at start-up which format it
 // took (here from MIXSERVE_WEIGHTS) and completes with it over REST.
 TEST(Flags, WeightFormats) {
   expect_refused("serve " + kModel + "--weights int9", "--weights");
   expect_refused("generate " + kModel + "--prompt hi --weights fp8", "--weights");
-  for (const char* weights : {"f32", "f16", "int8", "int4"}) {
-    const Outcome o = mixserve("generate " + kModel +
-                               "--threads 1 --prompt 'And God said' --max-tokens 8 --temperature 0 "
-                               "--weights " +
-                               weights);
-    ASSERT_EQ(o.code, 0) << weights << ": " << o.output;
-    EXPECT_NE(finish_line(o.output).find("completion_tokens=8"), std::string::npos)
-        << weights << ": " << o.output;
-  }
-  setenv("MIXSERVE_WEIGHTS", "int4", 1);
-  ServerProcess server({"--model", source_dir() + "/models/default"});
-  unsetenv("MIXSERVE_WEIGHTS");
-  EXPECT_NE(server.output().find("weights int4"), std::string::npos) << server.output();
-  const HttpResult r = curl(server.http_url("/v1/completions"),
-                            {"-H", "Content-Type: application/json", "-d",
-                             R"({"prompt": "And God said", "max_tokens": 5, "temperature": 0})"});
-  ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
+  for (const char* weights : {"f32", "f16", "int8", "int4"})
+    expect_generate_completes(std::string("--weights ") + weights);
+  expect_server_with_env_completes("MIXSERVE_WEIGHTS", "int4", "weights int4");
 }
 
 // --kv-cache f16 keeps attention's K/V in float16 on the CPU backend (docs/cpu.md): a bad value is
@@ -253,20 +263,8 @@ TEST(Flags, WeightFormats) {
 TEST(Flags, KvCacheType) {
   expect_refused("serve " + kModel + "--kv-cache f8", "--kv-cache");
   expect_refused("generate " + kModel + "--prompt hi --kv-cache bf16", "--kv-cache");
-  const Outcome o = mixserve("generate " + kModel +
-                             "--threads 1 --prompt 'And God said' --max-tokens 8 --temperature 0 "
-                             "--kv-cache f16");
-  ASSERT_EQ(o.code, 0) << o.output;
-  EXPECT_NE(finish_line(o.output).find("completion_tokens=8"), std::string::npos) << o.output;
-  setenv("MIXSERVE_KV_CACHE", "f16", 1);
-  ServerProcess server({"--model", source_dir() + "/models/default"});
-  unsetenv("MIXSERVE_KV_CACHE");
-  EXPECT_NE(server.output().find("kv cache f16"), std::string::npos) << server.output();
-  const HttpResult r = curl(server.http_url("/v1/completions"),
-                            {"-H", "Content-Type: application/json", "-d",
-                             R"({"prompt": "And God said", "max_tokens": 5, "temperature": 0})"});
-  ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
+  expect_generate_completes("--kv-cache f16");
+  expect_server_with_env_completes("MIXSERVE_KV_CACHE", "f16", "kv cache f16");
 }
 
 TEST(Flags, GpuMemoryUtilizationArithmetic) {
