@@ -9,13 +9,13 @@
 namespace mixserve {
 
 // Ordered: a chat request's messages and tools reach the template in the client's key order.
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;  // not `json`: other files alias that to nlohmann::json
 
 namespace {
 
 // A field check: throws ApiError for a wrong type or range, naming the field.
 struct Fields {
-  const json& j;
+  const ojson& j;
   [[noreturn]] void bad(const std::string& field, const std::string& what) const {
     throw ApiError{ApiCode::kInvalidArgument, "'" + field + "' " + what, field};
   }
@@ -70,7 +70,7 @@ const std::set<std::string> kIgnored = {"user",
 
 // vLLM's fields that would change the output in ways this server does not implement: refused
 // with a message saying so, unless at their default value.
-void refuse_unsupported(const Fields& f, const json& j) {
+void refuse_unsupported(const Fields& f, const ojson& j) {
   for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                         "guided_decoding_backend", "guided_whitespace_pattern", "allowed_token_ids",
                         "logits_processors", "prompt_logprobs", "suffix", "chat_template",
@@ -82,8 +82,8 @@ void refuse_unsupported(const Fields& f, const json& j) {
   if (!f.boolean("skip_special_tokens", true))
     f.bad("skip_special_tokens", "only true is supported: special tokens are never shown as text");
   if (f.has("response_format")) {
-    const json& rf = j["response_format"];
-    if (!rf.is_object() || rf.value("type", json()) != "text")
+    const ojson& rf = j["response_format"];
+    if (!rf.is_object() || rf.value("type", ojson()) != "text")
       f.bad("response_format", "only {\"type\": \"text\"} is supported");
   }
   if (f.has("tool_choice") && j["tool_choice"] != "none" && j["tool_choice"] != "auto")
@@ -92,11 +92,11 @@ void refuse_unsupported(const Fields& f, const json& j) {
           "model through its chat template; tool calls are not parsed out)");
 }
 
-ApiRequest parse_prompt(const Fields& f, const json& j) {
+ApiRequest parse_prompt(const Fields& f, const ojson& j) {
   ApiRequest r;
   if (!f.has("prompt")) f.bad("prompt", "is required");
-  const json& p = j["prompt"];
-  auto ids = [&](const json& arr) {
+  const ojson& p = j["prompt"];
+  auto ids = [&](const ojson& arr) {
     std::vector<int32_t> out;
     for (const auto& t : arr) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
@@ -122,12 +122,12 @@ ApiRequest parse_prompt(const Fields& f, const json& j) {
 
 // A message's content as the template sees it: a string (vLLM's "string" content format: the
 // text parts of a list joined by newlines), or null.
-json message_content(const Fields& f, const json& c) {
+ojson message_content(const Fields& f, const ojson& c) {
   if (c.is_null() || c.is_string()) return c;
   if (!c.is_array()) f.bad("messages", "content must be a string, null or a list of text parts");
   std::string text;
-  for (const json& part : c) {
-    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+  for (const ojson& part : c) {
+    if (!part.is_object() || part.value("type", ojson()) != "text" || !part.contains("text") ||
         !part["text"].is_string())
       f.bad("messages", "content parts must be {\"type\": \"text\", \"text\": \"...\"}");
     if (!text.empty()) text += '\n';
@@ -136,19 +136,19 @@ json message_content(const Fields& f, const json& c) {
   return text;
 }
 
-ChatInput parse_chat(const Fields& f, const json& j) {
+ChatInput parse_chat(const Fields& f, const ojson& j) {
   ChatInput c;
   if (!f.has("messages")) f.bad("messages", "is required");
-  const json& ms = j["messages"];
+  const ojson& ms = j["messages"];
   if (!ms.is_array() || ms.empty()) f.bad("messages", "must be a non-empty list of messages");
   if (ms.size() > 4096) f.bad("messages", "holds more than 4096 messages");
-  c.messages = json::array();
-  for (const json& m : ms) {
+  c.messages = ojson::array();
+  for (const ojson& m : ms) {
     if (!m.is_object()) f.bad("messages", "each message must be an object");
     if (!m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty())
       f.bad("messages", "each message needs a role (a non-empty string)");
-    json copy = m;
-    copy["content"] = message_content(f, m.value("content", json()));
+    ojson copy = m;
+    copy["content"] = message_content(f, m.value("content", ojson()));
     if (copy["content"].is_string() && !valid_utf8(copy["content"].get<std::string>()))
       f.bad("messages", "content is not valid UTF-8");
     c.messages.push_back(std::move(copy));
@@ -170,7 +170,7 @@ ChatInput parse_chat(const Fields& f, const json& j) {
 }
 
 // A body must be a JSON object whose every field is in one of `known`; else a 400 naming it.
-void check_fields(const json& j, std::initializer_list<const std::set<std::string>*> known) {
+void check_fields(const ojson& j, std::initializer_list<const std::set<std::string>*> known) {
   if (!j.is_object())
     throw ApiError{ApiCode::kInvalidArgument, "the body must be a JSON object", ""};
   for (const auto& item : j.items()) {
@@ -180,7 +180,7 @@ void check_fields(const json& j, std::initializer_list<const std::set<std::strin
   }
 }
 
-void parse_request(const json& j, bool chat, CompletionRequest& out) {
+void parse_request(const ojson& j, bool chat, CompletionRequest& out) {
   // Both routes' fields, then each route's own. Anything else is refused by name.
   static const std::set<std::string> common = {"model",
                                                "max_tokens",
@@ -271,7 +271,7 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
   g.sampling.frequency_penalty = static_cast<float>(f.number("frequency_penalty", 0.0, -2.0, 2.0));
   if (f.has("seed")) g.seed = static_cast<uint64_t>(f.integer("seed", 0, 0, INT64_MAX));
   if (f.has("stop")) {
-    const json& s = j["stop"];
+    const ojson& s = j["stop"];
     if (s.is_string())
       g.stop.push_back(s.get<std::string>());
     else if (s.is_array()) {
@@ -322,7 +322,7 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
   out.stream = f.boolean("stream", false);
   out.include_usage = out.continuous_usage = false;
   if (f.has("stream_options")) {
-    const json& so = j["stream_options"];
+    const ojson& so = j["stream_options"];
     if (!so.is_object()) f.bad("stream_options", "must be an object");
     if (!out.stream) f.bad("stream_options", "is only allowed with stream: true");
     for (const auto& [k, _] : so.items())
@@ -333,7 +333,7 @@ void parse_request(const json& j, bool chat, CompletionRequest& out) {
   }
 }
 
-void parse_tokenize(const json& j, TokenizeRequest& out) {
+void parse_tokenize(const ojson& j, TokenizeRequest& out) {
   static const std::set<std::string> known = {"model",
                                               "prompt",
                                               "messages",
@@ -357,7 +357,7 @@ void parse_tokenize(const json& j, TokenizeRequest& out) {
   out.return_token_strs = f.boolean("return_token_strs", false);
 }
 
-void parse_detokenize(const json& j, DetokenizeRequest& out) {
+void parse_detokenize(const ojson& j, DetokenizeRequest& out) {
   static const std::set<std::string> known = {"model", "tokens"};
   check_fields(j, {&known});
   Fields f{j};
@@ -373,10 +373,10 @@ void parse_detokenize(const json& j, DetokenizeRequest& out) {
 // Parses body as JSON and hands it to parse(j); every failure becomes one ApiError.
 template <typename Parse>
 std::optional<ApiError> parse_body(const std::string& body, Parse&& parse) {
-  json j;
+  ojson j;
   try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    j = ojson::parse(body);
+  } catch (const ojson::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     return ApiError{ApiCode::kInvalidArgument,
                     std::string("the body is not valid JSON: ") + e.what(), ""};
   }
@@ -384,7 +384,7 @@ std::optional<ApiError> parse_body(const std::string& body, Parse&& parse) {
     parse(j);
   } catch (const ApiError& e) {
     return e;
-  } catch (const json::exception& e) {
+  } catch (const ojson::exception& e) {
     return ApiError{ApiCode::kInvalidArgument, std::string("bad field: ") + e.what(), ""};
   }
   return std::nullopt;
@@ -393,19 +393,19 @@ std::optional<ApiError> parse_body(const std::string& body, Parse&& parse) {
 }  // namespace
 
 std::optional<ApiError> parse_completion_body(const std::string& body, CompletionRequest& out) {
-  return parse_body(body, [&](const json& j) { parse_request(j, false, out); });
+  return parse_body(body, [&](const ojson& j) { parse_request(j, false, out); });
 }
 
 std::optional<ApiError> parse_chat_body(const std::string& body, CompletionRequest& out) {
-  return parse_body(body, [&](const json& j) { parse_request(j, true, out); });
+  return parse_body(body, [&](const ojson& j) { parse_request(j, true, out); });
 }
 
 std::optional<ApiError> parse_tokenize_body(const std::string& body, TokenizeRequest& out) {
-  return parse_body(body, [&](const json& j) { parse_tokenize(j, out); });
+  return parse_body(body, [&](const ojson& j) { parse_tokenize(j, out); });
 }
 
 std::optional<ApiError> parse_detokenize_body(const std::string& body, DetokenizeRequest& out) {
-  return parse_body(body, [&](const json& j) { parse_detokenize(j, out); });
+  return parse_body(body, [&](const ojson& j) { parse_detokenize(j, out); });
 }
 
 }  // namespace mixserve

@@ -36,12 +36,6 @@ Value attribute_path(const Value& item, const std::string& path) {
 const Value* arg_at(const std::vector<Value>& args, size_t i) {
   return i < args.size() ? &args[i] : nullptr;
 }
-Value pick(const std::vector<Value>& args, size_t i, const Object& kw, const char* name,
-           Value def) {
-  if (const Value* v = arg_at(args, i)) return *v;
-  if (const Value* v = kw.find(name)) return *v;
-  return def;
-}
 
 Value sorted(Interp& in, const Array& items, bool reverse, bool case_sensitive,
              const Value* attribute) {
@@ -77,6 +71,13 @@ bool known_test(const std::string& name) {
 }
 
 }  // namespace
+
+Value pick(const std::vector<Value>& args, size_t i, const Object& kw, const char* name,
+           Value def) {
+  if (const Value* v = arg_at(args, i)) return *v;
+  if (const Value* v = kw.find(name)) return *v;
+  return def;
+}
 
 bool Interp::run_test(const std::string& name, const Value& v, const Value* arg, bool has_arg) {
   (void)has_arg;

@@ -257,6 +257,8 @@ class Interp {
 
 // methods.cc
 int compare_values(const Value& a, const Value& b, bool case_sensitive);  // sort's, dictsort's
+// A call's argument: positional i, else keyword name, else def (the filters' and methods' rule).
+Value pick(const std::vector<Value>& args, size_t i, const Object& kw, const char* name, Value def);
 Value object_items(const Object& o);
 Value string_method(const std::string& name, const Value& self);  // undefined when none
 Value object_method(const std::string& name, const Value& self);  // undefined when none

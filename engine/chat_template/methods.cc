@@ -34,13 +34,6 @@ int compare_values(const Value& a, const Value& b, bool case_sensitive) {
 
 namespace {
 
-Value pick(const std::vector<Value>& args, size_t i, const Object& kw, const char* name,
-           Value def) {
-  if (i < args.size()) return args[i];
-  if (const Value* v = kw.find(name)) return *v;
-  return def;
-}
-
 Value dictsort(Interp& in, const Object& o, std::vector<Value> args) {
   Object kw;
   std::vector<Value> positional;

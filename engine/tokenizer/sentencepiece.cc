@@ -105,8 +105,6 @@ NormalizerFields read_normalizer(Wire w) {
   return n;
 }
 
-const std::string kSpace = "\xE2\x96\x81";  // ▁ U+2581, sentencepiece's whitespace symbol
-
 class SentencePiece : public Tokenizer {
  public:
   SentencePiece(std::string_view data, const std::string& path) {
@@ -173,7 +171,7 @@ class SentencePiece : public Tokenizer {
                        (model_type_ == 3 ? std::string("word") : std::string("char")) +
                        " is not supported (only unigram and bpe)");
     norm.options.treat_whitespace_as_suffix = suffix;
-    p_.word_space = norm.options.escape_whitespaces ? kSpace : " ";
+    p_.word_space = norm.options.escape_whitespaces ? std::string(kSpSpace) : " ";
     p_.word_suffix = suffix;
     index_pieces(path);
     dummy_prefix_ = norm.options.add_dummy_prefix;
@@ -246,13 +244,13 @@ class SentencePiece : public Tokenizer {
       }
       std::string_view piece = p_.piece[id];
       if (bos_ws && (dummy_prefix_ || trim_spaces_) &&
-          piece.compare(0, kSpace.size(), kSpace) == 0) {
-        piece.remove_prefix(kSpace.size());
+          piece.compare(0, kSpSpace.size(), kSpSpace) == 0) {
+        piece.remove_prefix(kSpSpace.size());
         bos_ws_seen = !trim_spaces_;
       }
-      for (size_t at; (at = piece.find(kSpace)) != std::string_view::npos;) {
+      for (size_t at; (at = piece.find(kSpSpace)) != std::string_view::npos;) {
         out.append(piece.substr(0, at)) += ' ';
-        piece.remove_prefix(at + kSpace.size());
+        piece.remove_prefix(at + kSpSpace.size());
       }
       out.append(piece);
     }
@@ -375,8 +373,8 @@ class SentencePiece : public Tokenizer {
       } else if (byte_value_[id] >= 0) {
         text = std::string(1, static_cast<char>(byte_value_[id]));
       } else if (p_.type[id] != kSpControl && p_.type[id] != kSpUnknown) {
-        for (size_t at; (at = text.find(kSpace)) != std::string::npos;)
-          text.replace(at, kSpace.size(), " ");
+        for (size_t at; (at = text.find(kSpSpace)) != std::string::npos;)
+          text.replace(at, kSpSpace.size(), " ");
       }
       token_texts_[id] = std::move(text);
     }

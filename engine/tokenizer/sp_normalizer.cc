@@ -26,8 +26,6 @@ uint32_t value(uint32_t u) {
   return u & ((1u << 31) - 1);
 }
 
-const std::string_view kSpace = "\xE2\x96\x81";  // ▁
-
 }  // namespace
 
 SpCharsMap::SpCharsMap(std::string_view blob, const std::string& where) {
@@ -126,7 +124,7 @@ std::string SpNormalizer::normalize(std::string_view text) const {
     while (!text.empty() && prefix(text, &n) == " ") text.remove_prefix(n);
   if (text.empty()) return out;
   out.reserve(text.size() + text.size() / 2 + 3);
-  const std::string_view space = o.escape_whitespaces ? kSpace : " ";
+  const std::string_view space = o.escape_whitespaces ? kSpSpace : " ";
   if (!o.treat_whitespace_as_suffix && o.add_dummy_prefix) out += space;
   bool prev_space = o.remove_extra_whitespaces;
   while (!text.empty()) {
@@ -139,7 +137,7 @@ std::string SpNormalizer::normalize(std::string_view text) const {
       if (o.escape_whitespaces && piece.find(' ') != std::string_view::npos) {
         for (char c : piece)
           if (c == ' ')
-            out += kSpace;
+            out += kSpSpace;
           else
             out += c;
       } else {

@@ -29,6 +29,9 @@ class SpCharsMap {
   std::string replacements_;
 };
 
+// ▁ U+2581: sentencepiece's whitespace symbol (escape_whitespaces replaces ' ' with it).
+inline constexpr std::string_view kSpSpace = "\xE2\x96\x81";
+
 struct SpNormalizerOptions {  // NormalizerSpec fields 3-5 and TrainerSpec field 24
   bool add_dummy_prefix = true;
   bool remove_extra_whitespaces = true;

@@ -36,13 +36,6 @@ std::unique_ptr<CudaBackend> gpu_backend(const Fixture& fx, CudaWeightType w = C
   return std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
 }
 
-std::unique_ptr<CpuBackend> cpu_backend(const Fixture& fx) {
-  CpuBackendOptions o;
-  o.pool_bytes = 32 << 20;
-  o.threads = 2;
-  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, o);
-}
-
 double state_scale(const std::vector<float>& v) {
   double s = 1;
   for (float x : v) s = std::max(s, static_cast<double>(std::fabs(x)));
@@ -62,7 +55,7 @@ class GoldenCuda : public ::testing::TestWithParam<std::string> {
 // states against the reference and the CPU backend's (same layout, same values within tolerance).
 TEST_P(GoldenCuda, Float32MatchesReferenceAndCpu) {
   auto gpu = gpu_backend(fx_);
-  auto cpu = cpu_backend(fx_);
+  auto cpu = fixture_cpu_backend(fx_, 2, 32 << 20);
   Runner g(*gpu), c(*cpu);
   const int64_t V = fx_.cfg.vocab_size;
   const int P = fx_.prompt_len;

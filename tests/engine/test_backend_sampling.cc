@@ -14,19 +14,12 @@
 namespace mixserve::testing {
 namespace {
 
-std::unique_ptr<CpuBackend> cpu_backend(const Fixture& fx) {
-  CpuBackendOptions o;
-  o.pool_bytes = 16 << 20;
-  o.threads = 1;
-  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, o);
-}
-
 // Two sequences through one backend: forward_and_sample's tokens (greedy and seeded, with
 // penalties and logprobs) equal sample_token on forward()'s logits from a twin backend, and
 // logits_row returns those logits bit for bit.
 TEST(BackendSampling, DefaultSamplesTheHostLogitsLikeSampleToken) {
   Fixture fx = load_fixture("hybrid_a");
-  auto a = cpu_backend(fx), b = cpu_backend(fx);
+  auto a = fixture_cpu_backend(fx, 1, 16 << 20), b = fixture_cpu_backend(fx, 1, 16 << 20);
   Runner ra(*a), rb(*b);
   const int V = static_cast<int>(fx.cfg.vocab_size);
   SequenceState sa[2], sb[2];

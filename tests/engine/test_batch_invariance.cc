@@ -14,18 +14,11 @@
 namespace mixserve::testing {
 namespace {
 
-std::unique_ptr<CpuBackend> cpu_backend(const Fixture& fx, int threads = 2) {
-  CpuBackendOptions o;
-  o.pool_bytes = 32 << 20;
-  o.threads = threads;
-  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, o);
-}
-
 class BatchInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchInvariance, LogitsOfASequenceDoNotDependOnTheBatch) {
   Fixture fx = load_fixture(GetParam());
-  auto backend = cpu_backend(fx);
+  auto backend = fixture_cpu_backend(fx, 2, 32 << 20);
   Runner run(*backend);
   std::mt19937 rng(42);
   // Each sequence: a random history of random length, then one step (decode) or a chunk.
@@ -42,7 +35,7 @@ TEST_P(BatchInvariance, LogitsDoNotDependOnTheThreadCount) {
   Fixture fx = load_fixture(GetParam());
   std::vector<std::vector<float>> by_threads;
   for (int threads : {1, 2, 3}) {
-    auto backend = cpu_backend(fx, threads);
+    auto backend = fixture_cpu_backend(fx, threads, 32 << 20);
     Runner run(*backend);
     std::mt19937 rng(7);
     const int n = 9;
@@ -88,7 +81,7 @@ std::vector<std::vector<int32_t>> run_engine(const Fixture& fx,
   LoadedModel model;
   model.id = fx.name;
   model.config = fx.cfg;
-  Engine engine(model, cpu_backend(fx), opts);
+  Engine engine(model, fixture_cpu_backend(fx, 2, 32 << 20), opts);
   std::vector<std::vector<int32_t>> out(reqs.size());
   std::vector<std::promise<void>> done(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -22,12 +22,7 @@ namespace {
 std::unique_ptr<CpuBackend> cpu_backend_for(const Fixture& fx,
                                             WeightFormat weights = WeightFormat::kAuto,
                                             KvCacheType kv_cache = KvCacheType::kF32) {
-  CpuBackendOptions opts;
-  opts.pool_bytes = 8 << 20;
-  opts.threads = 2;
-  opts.weights = weights;
-  opts.kv_cache = kv_cache;
-  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, opts);
+  return fixture_cpu_backend(fx, 2, 8 << 20, weights, kv_cache);
 }
 
 // Token-by-token decode of the whole sequence equals one prefill, and so does a prefill cut into

@@ -185,18 +185,18 @@ Seq extractor(const Weights& W, const std::string& p, const LayerConfig& l, cons
               int64_t d) {
   const int64_t T = x.size();
   const Seq u = l.kind == MixerKind::kHe ? linear(W, p + "inp", x, d) : x;
+  const float* ext_w = W.w.get(p + "ext");
   Seq ext(T, Vec(d, 0.0));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t lag = 0; lag <= std::min(t, l.window - 1); ++lag) {
       const Vec& in = u[t - lag];
       for (int64_t o = 0; o < d; ++o) {
         if (l.kind == MixerKind::kShe) {
-          for (int64_t i = 0; i < d; ++i)
-            ext[t][o] += in[i] * W.at(p + "ext", (lag * d + i) * d + o);
+          for (int64_t i = 0; i < d; ++i) ext[t][o] += in[i] * ext_w[(lag * d + i) * d + o];
         } else if (l.kind == MixerKind::kMe) {
-          ext[t][o] += in[o] * W.at(p + "ext", lag);
+          ext[t][o] += in[o] * ext_w[lag];
         } else {
-          ext[t][o] += in[o] * W.at(p + "ext", lag * d + o);
+          ext[t][o] += in[o] * ext_w[lag * d + o];
         }
       }
     }
@@ -248,12 +248,14 @@ Seq linear_attention(const Weights& W, const std::string& p, const LayerConfig& 
   const int64_t m = performer ? l.features : h;
   // fla's Hadamard map: (W₁z + b₁) ⊙ (W₂z + b₂) with the maps of q ("fq") or k ("fk").
   auto hadamard = [&](const double* z, const std::string& side) {
+    const float *w1 = W.w.get(p + side + "1.weight"), *b1 = W.w.get(p + side + "1.bias");
+    const float *w2 = W.w.get(p + side + "2.weight"), *b2 = W.w.get(p + side + "2.bias");
     Vec f(h);
     for (int64_t o = 0; o < h; ++o) {
-      double a = W.at(p + side + "1.bias", o), b = W.at(p + side + "2.bias", o);
+      double a = b1[o], b = b2[o];
       for (int64_t i = 0; i < h; ++i) {
-        a += W.at(p + side + "1.weight", o * h + i) * z[i];
-        b += W.at(p + side + "2.weight", o * h + i) * z[i];
+        a += w1[o * h + i] * z[i];
+        b += w2[o * h + i] * z[i];
       }
       f[o] = a * b;
     }
@@ -280,23 +282,26 @@ Seq linear_attention(const Weights& W, const std::string& p, const LayerConfig& 
     const double s = std::pow(static_cast<double>(h), -0.25);
     double norm2 = 0;
     for (int64_t i = 0; i < h; ++i) norm2 += (z[i] * s) * (z[i] * s);
+    const float* features = W.w.get(p + "features");
     for (int64_t r = 0; r < m; ++r) {
       double dot = 0;
-      for (int64_t i = 0; i < h; ++i) dot += W.at(p + "features", r * h + i) * z[i] * s;
+      for (int64_t i = 0; i < h; ++i) dot += features[r * h + i] * z[i] * s;
       f[r] = std::exp(dot - norm2 / 2) / std::sqrt(static_cast<double>(m));
     }
     return f;
   };
   Seq q = linear(W, p + "q", x, d), k = linear(W, p + "k", x, d), v = linear(W, p + "v", x, d);
   Seq o(T, Vec(d, 0.0));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t hd = 0; hd < n; ++hd) {
+  for (int64_t hd = 0; hd < n; ++hd) {
+    Seq fks;  // φ(k_j) of this head, each computed once
+    for (int64_t j = 0; j < T; ++j) fks.push_back(phi(&k[j][hd * h], "fk"));
+    for (int64_t t = 0; t < T; ++t) {
       Vec fq = phi(&q[t][hd * h], "fq");
       if (!performer && l.q_scale)  // fla's scale of φ(q)
         for (double& e : fq) e /= std::sqrt(static_cast<double>(m));
       double den = l.eps;
       for (int64_t j = 0; j <= t; ++j) {
-        const Vec fk = phi(&k[j][hd * h], "fk");
+        const Vec& fk = fks[j];
         double a = 0;
         for (int64_t r = 0; r < m; ++r) a += fq[r] * fk[r];
         den += a;
@@ -311,6 +316,7 @@ Seq linear_attention(const Weights& W, const std::string& p, const LayerConfig& 
           o[t][hd * h + i] = normed[i] * (l.gn_weight ? W.at(p + "gn.weight", i) : 1.0);
       }
     }
+  }
   return linear(W, p + "o", o, d);
 }
 
@@ -413,13 +419,13 @@ std::vector<std::vector<double>> float64_logits(const ModelConfig& cfg, const We
       for (int64_t i = 0; i < d; ++i) x[t][i] += f[t][i];
   }
   std::vector<std::vector<double>> logits;
-  const std::string head = cfg.tie_embeddings ? "embed" : "head";
+  const float* head_w = W.w.get(std::string(cfg.tie_embeddings ? "embed" : "head") + ".weight");
   for (const Vec& row : x) {
     const Vec n = model_norm(cfg, W, "norm_f", row);
     Vec out(V);
     for (int64_t u = 0; u < V; ++u) {
       double s = cfg.head_bias ? W.at("head.bias", u) : 0.0;
-      for (int64_t i = 0; i < d; ++i) s += W.at(head + ".weight", u * d + i) * n[i];
+      for (int64_t i = 0; i < d; ++i) s += head_w[u * d + i] * n[i];
       out[u] = s;
     }
     logits.push_back(out);

@@ -6,13 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace mixserve::testing {
 
-std::string golden_dir() { return std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden"; }
+std::string golden_dir() {
+  return std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden";
+}
 
 std::vector<std::string> golden_names() {
   std::vector<std::string> names;
@@ -20,6 +21,16 @@ std::vector<std::string> golden_names() {
     if (e.is_directory()) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::unique_ptr<CpuBackend> fixture_cpu_backend(const Fixture& fx, int threads, size_t pool_bytes,
+                                                WeightFormat weights, KvCacheType kv_cache) {
+  CpuBackendOptions o;
+  o.pool_bytes = pool_bytes;
+  o.threads = threads;
+  o.weights = weights;
+  o.kv_cache = kv_cache;
+  return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, o);
 }
 
 Fixture load_fixture(const std::string& name) {
@@ -63,7 +74,8 @@ std::vector<float> Runner::forward(const std::vector<SequenceState*>& seqs,
   return logits;
 }
 
-std::map<std::string, std::vector<float>> Runner::read_state(const SequenceState& s, int64_t tokens) {
+std::map<std::string, std::vector<float>> Runner::read_state(const SequenceState& s,
+                                                             int64_t tokens) {
   std::map<std::string, std::vector<float>> out;
   for (size_t l = 0; l < s.layer_pages.size(); ++l) {
     const StateLayout& layout = backend.state_layouts()[l];

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "engine/page_pool.h"
@@ -30,6 +31,11 @@ struct Fixture {
   std::map<std::string, std::vector<int64_t>> shapes;
 };
 Fixture load_fixture(const std::string& name);
+
+// A CPU backend for a fixture's model: `threads` threads, a pool of `pool_bytes`.
+std::unique_ptr<CpuBackend> fixture_cpu_backend(const Fixture& fx, int threads, size_t pool_bytes,
+                                                WeightFormat weights = WeightFormat::kAuto,
+                                                KvCacheType kv_cache = KvCacheType::kF32);
 
 // A backend plus its pool, with helpers to run sequences through it.
 struct Runner {

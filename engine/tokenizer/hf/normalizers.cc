@@ -143,9 +143,9 @@ class Strip : public Normalizer {
   bool left_, right_;
 };
 
-class Sequence : public Normalizer {
+class SequenceNormalizer : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> v) : v_(std::move(v)) {}
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> v) : v_(std::move(v)) {}
   void normalize(std::string& s) const override {
     for (auto& n : v_) n->normalize(s);
   }
@@ -178,7 +178,7 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j) {
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> v;
     for (const auto& n : j.at("normalizers")) v.push_back(make_normalizer(n));
-    return std::make_unique<Sequence>(std::move(v));
+    return std::make_unique<SequenceNormalizer>(std::move(v));
   }
   throw std::runtime_error("unsupported normalizer type \"" + type + "\"");
 }

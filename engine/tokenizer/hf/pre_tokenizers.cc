@@ -120,9 +120,9 @@ class Whitespace : public PreTokenizer {
   }
 };
 
-class Sequence : public PreTokenizer {
+class SequencePreTokenizer : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> v) : v_(std::move(v)) {}
+  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> v) : v_(std::move(v)) {}
   void split(std::string_view piece, bool at_start, const Emit& emit) const override {
     run(0, piece, at_start, emit);
   }
@@ -158,7 +158,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j) {
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PreTokenizer>> v;
     for (const auto& p : j.at("pretokenizers")) v.push_back(make_pre_tokenizer(p));
-    return std::make_unique<Sequence>(std::move(v));
+    return std::make_unique<SequencePreTokenizer>(std::move(v));
   }
   if (type == "Digits") {
     Pattern p;
