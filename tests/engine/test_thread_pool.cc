@@ -34,10 +34,13 @@ TEST(ThreadPool, EveryIndexRunsOnceInChunksThatDependOnlyOnTheJob) {
                 chunks.emplace_back(begin, end);
               },
               grain);
-          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(runs[i].load(), 1) << threads << " threads, n " << n << " index " << i;
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(runs[i].load(), 1) << threads << " threads, n " << n << " index " << i;
           std::sort(chunks.begin(), chunks.end());
           auto [it, fresh] = chunks_of.emplace(std::make_pair(n, grain), chunks);
-          if (!fresh) EXPECT_EQ(it->second, chunks) << "the same job must be cut the same way";
+          if (!fresh) {  // braces: EXPECT_EQ is an if/else inside
+            EXPECT_EQ(it->second, chunks) << "the same job must be cut the same way";
+          }
         }
   }
 }
