@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <future>
 #include <random>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "tests/support/engine_runs.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
@@ -75,56 +75,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvariance, ::testing::ValuesIn(golden_n
 
 // Through the whole engine: 64 seeded requests with mixed prompts, submitted together, give the
 // tokens each gives when it runs alone.
-std::vector<std::vector<int32_t>> run_engine(const Fixture& fx,
-                                             const std::vector<GenerateParams>& reqs,
-                                             EngineOptions opts = {}) {
-  LoadedModel model;
-  model.id = fx.name;
-  model.config = fx.cfg;
-  Engine engine(model, fixture_cpu_backend(fx, 2, 32 << 20), opts);
-  std::vector<std::vector<int32_t>> out(reqs.size());
-  std::vector<std::promise<void>> done(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    auto r = engine.submit(reqs[i], [&, i](TokenOutput&& o) {
-      if (o.token >= 0) out[i].push_back(o.token);
-      if (o.finish != FinishReason::kNone) done[i].set_value();
-    });
-    EXPECT_EQ(r.status, SubmitStatus::kOk) << r.message;
-  }
-  while (engine.step()) {
-  }
-  for (auto& d : done) d.get_future().get();
-  EXPECT_EQ(engine.verify(), "");
-  engine.clear_cache();
-  EXPECT_EQ(engine.stats().pages_used, 0);
-  return out;
-}
-
 TEST(BatchInvarianceEngine, SeededRequestsGiveTheSameTokensAloneOrTogether) {
-  for (const std::string name : {"hybrid_a", "hybrid_b", "attention", "rwkv"}) {
-    Fixture fx = load_fixture(name);
-    std::mt19937 rng(7);
-    std::vector<GenerateParams> reqs(64);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      const int len = std::uniform_int_distribution<int>(1, 30)(rng);
-      for (int t = 0; t < len; ++t)
-        reqs[i].prompt.push_back(std::uniform_int_distribution<int>(0, fx.cfg.vocab_size - 1)(rng));
-      reqs[i].max_tokens = 10;
-      reqs[i].ignore_eos = true;
-      reqs[i].seed = 1000 + i;
-      reqs[i].sampling.temperature = 1.0f;
-      reqs[i].sampling.top_p = 0.95f;
-    }
-    EngineOptions small_chunks;
-    small_chunks.prefill_chunk = 8;  // prompts cut into chunks next to decode rows
-    small_chunks.step_token_budget = 40;
-    auto together = run_engine(fx, reqs, small_chunks);
-    for (size_t i = 0; i < reqs.size(); i += 9) {
-      auto alone = run_engine(fx, {reqs[i]});
-      EXPECT_EQ(alone[0], together[i]) << name << " request " << i;
-      EXPECT_EQ(alone[0].size(), 10u);
-    }
-  }
+  expect_seeded_requests_alone_or_together(
+      [](const Fixture& fx) { return fixture_cpu_backend(fx, 2, 32 << 20); });
 }
 
 }  // namespace

@@ -95,14 +95,17 @@ TEST(TorchCheckpoint, BrokenFilesAreOneErrorNamingTheFile) {
     std::vector<uint8_t> b = good;
     b[i] ^= 0x5a;
     const std::string e = error_of(b);
-    if (!e.empty()) EXPECT_EQ(e.rfind("broken.pt: ", 0), 0u) << "byte " << i << ": " << e;
+    if (!e.empty()) {  // braces: EXPECT_EQ is an if/else inside
+      EXPECT_EQ(e.rfind("broken.pt: ", 0), 0u) << "byte " << i << ": " << e;
+    }
   }
   EXPECT_GT(errors, good.size() / 3 - 2) << "every proper prefix is refused";
 }
 
 TEST(TorchCheckpoint, ABroadcastViewIsRefused) {
   const std::string e = error_of(bytes_of(kDir + "broadcast.pt"));
-  EXPECT_NE(e.find("broadcast: a strided view larger than the file can justify"), std::string::npos) << e;
+  EXPECT_NE(e.find("broadcast: a strided view larger than the file can justify"), std::string::npos)
+      << e;
 }
 
 TEST(TorchCheckpoint, ADirectoryWithoutACheckpointOrWithSeveralIsAnError) {
