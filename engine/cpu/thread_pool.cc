@@ -84,15 +84,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   for (int64_t t = 0; t < runs; ++t)
     runs_[t].word.store(tag_of(job) << 32 | static_cast<uint64_t>(chunks * t / runs),
                         std::memory_order_release);
-  job_word_.store(
-      tag_of(job) << 32 | static_cast<uint64_t>(chunks) << 16 | static_cast<uint64_t>(runs),
-      std::memory_order_release);
+  const uint64_t job_word =
+      tag_of(job) << 32 | static_cast<uint64_t>(chunks) << 16 | static_cast<uint64_t>(runs);
+  job_word_.store(job_word, std::memory_order_release);
   generation_.fetch_add(1);  // wakes the workers (seq_cst: pairs with sleepers_ below)
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     wake_cv_.notify_all();
   }
-  take_chunks(0, job_word_.load(std::memory_order_relaxed));
+  take_chunks(0, job_word);
   for (int polls = 1; done_.load(std::memory_order_acquire) < chunks; ++polls) {
     MIXSERVE_PAUSE();
     if (polls % 4096 == 0) std::this_thread::yield();

@@ -2,11 +2,11 @@
 """Malformed HTTP/2 on the gRPC port, over raw sockets: a bad preface, garbage frames, oversized
 frames, frames on the wrong stream, bad SETTINGS and WINDOW_UPDATE, broken HPACK, a CONTINUATION
 flood, RST_STREAM on idle streams, and a rapid-reset storm (Generate calls opened and reset at
-once, 500 per connection, three connections at once). The violations HTTP/2 makes connection errors close the connection;
-a few that Debian's gRPC (1.51) ignores instead (IGNORED below: it neither resets nor closes, and
-creates no state) must at least leave the server's memory bounded. After each one the server
-keeps serving gRPC and REST; the storm's calls are all cancelled or never reach the engine: every
-request is accounted for and nothing leaks."""
+once, 500 per connection, three connections at once). The violations HTTP/2 makes connection
+errors close the connection; a few that Debian's gRPC (1.51) ignores instead (IGNORED below: it
+neither resets nor closes, and creates no state) must at least leave the server's memory bounded.
+After each one the server keeps serving gRPC and REST; the storm's calls are all cancelled or never
+reach the engine: every request is accounted for and nothing leaks."""
 import asyncio
 import os
 import struct
@@ -143,9 +143,9 @@ async def main(binary):
         # waited out once for 3 s (their RSS bound then covers all of them at once); the others one
         # by one, the CONTINUATION flood with the full 10 s so that its memory is measured after the
         # server has read it. Each case still gets its own `serving` check after it.
-        all_cases = cases(port)
-        short = [(n, p) for n, p in all_cases if n in IGNORED and len(p) < 1 << 20]
-        rest = [(n, p) for n, p in all_cases if (n, p) not in short]
+        short, rest = [], []
+        for name, payload in cases(port):
+            (short if name in IGNORED and len(payload) < 1 << 20 else rest).append((name, payload))
         rss0 = mc.rss_bytes(server.proc.pid)
         results = await asyncio.gather(*(exchange(port, p, read_for=3.0) for _, p in short))
         grown = mc.rss_bytes(server.proc.pid) - rss0
