@@ -113,6 +113,17 @@ class BenchArgs {
     }
     return out;
   }
+  // A comma-separated list of words ("f16,int8"); empty items are left out.
+  std::vector<std::string> strings(const std::string& name) const {
+    std::vector<std::string> out;
+    const std::string s = str(name);
+    for (size_t at = 0; at <= s.size();) {
+      const size_t comma = std::min(s.find(',', at), s.size());
+      if (comma > at) out.push_back(s.substr(at, comma - at));
+      at = comma + 1;
+    }
+    return out;
+  }
   double number(const std::string& name) const {
     const std::string s = str(name);
     char* end = nullptr;

@@ -15,7 +15,6 @@
 #include <iostream>
 #include <map>
 #include <random>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -29,13 +28,6 @@
 
 namespace mixserve {
 namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
 
 // Small random weights; norms at 1, RWKV's mixes at ½ and decays moderate, so values stay finite.
 class RandomWeights : public WeightSource {
@@ -246,13 +238,13 @@ int main(int argc, char** argv) {
                         {"results", nlohmann::json::array()}};
   try {
     const CudaWeightType wt = parse_cuda_weight_type(a.str("weights"));
-    for (const std::string& mixer : split(a.str("mixers"))) {
+    for (const std::string& mixer : a.strings("mixers")) {
       ModelConfig cfg = paper_config(mixer, static_cast<int>(a.integer("vocab")), static_cast<int>(a.integer("ctx")),
                                      static_cast<int>(a.integer("d")), static_cast<int>(a.integer("ffn")),
                                      static_cast<int>(a.integer("layers")), static_cast<int>(a.integer("heads")),
                                      static_cast<int>(a.integer("window")));
       RandomWeights w(cfg);
-      for (const std::string& b : split(a.str("batches"))) {
+      for (const std::string& b : a.strings("batches")) {
         nlohmann::json r = bench(cfg, w, wt, std::stoi(b), static_cast<int>(a.integer("steps")),
                                  static_cast<int>(a.integer("prompt")), a.str("no-graphs") != "true",
                                  a.str("device-sampling") == "true");

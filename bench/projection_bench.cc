@@ -7,11 +7,16 @@
 // --copies N packs N copies of each matrix and multiplies them in turn: with enough copies
 // (GPT-2-small's 4.7 MB matrices × 16 = 75 MB) every product streams its weights from memory, as
 // a decode step of a whole model does; with 1 they stay in cache (the kernel's arithmetic rate).
+// --shapes n×k,… and --formats f16,int8,int4 pick other matrices (GPT-2-small's attention is
+// 2304 × 768 and 768 × 768; a 768 × 768 float16 matrix, 1.2 MB, stays in a 2 MB L2).
 //   mixserve-projection-bench [--batches 1,32,64] [--threads 1,2] [--reps 30] [--copies 1]
+//       [--shapes 3072x768,768x3072] [--formats f16,int8,int4]
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -26,6 +31,8 @@ int main(int argc, char** argv) {
   a.flag("threads", "1,2", "thread counts");
   a.flag("reps", "30", "timed products per case");
   a.flag("copies", "1", "copies of each matrix multiplied in turn (16: weights from memory)");
+  a.flag("shapes", "3072x768,768x3072", "matrices n_out x k");
+  a.flag("formats", "f16,int8,int4", "weight formats");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err)) {
     std::cerr << "error: " << err << "\n";
@@ -35,20 +42,50 @@ int main(int argc, char** argv) {
     std::cout << a.help();
     return 0;
   }
-  const int reps = static_cast<int>(a.integer("reps"));
-  const int copies = std::max(1, static_cast<int>(a.integer("copies")));
+  int reps = 0, copies = 0;
+  std::vector<int> batches, thread_counts;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  std::vector<WeightFormat> formats;
+  try {
+    reps = static_cast<int>(a.integer("reps"));
+    copies = std::max(1, static_cast<int>(a.integer("copies")));
+    batches = a.integers("batches");
+    thread_counts = a.integers("threads");
+    if (reps < 1) throw std::invalid_argument("--reps must be at least 1");
+    for (int v : batches)
+      if (v < 1) throw std::invalid_argument("--batches must be at least 1");
+    for (int v : thread_counts)
+      if (v < 1) throw std::invalid_argument("--threads must be at least 1");
+    for (const std::string& s : a.strings("shapes")) {
+      char* end = nullptr;
+      const long long n = std::strtoll(s.c_str(), &end, 10);
+      const long long k = *end == 'x' ? std::strtoll(end + 1, &end, 10) : 0;
+      if (*end != '\0' || n <= 0 || k <= 0)
+        throw std::invalid_argument("--shapes wants n_out x k (positive, e.g. 3072x768), got " + s);
+      shapes.emplace_back(n, k);
+    }
+    for (const std::string& s : a.strings("formats")) {
+      const std::optional<WeightFormat> f = parse_weight_format(s);
+      if (!f) throw std::invalid_argument("--formats wants f32, f16, int8 or int4, got " + s);
+      formats.push_back(*f);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  const int64_t max_rows = *std::max_element(batches.begin(), batches.end());
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{3072, 768}, {768, 3072}}) {
-    std::vector<float> w(n * k), x(64 * k), y(64 * n);
+  for (auto [n, k] : shapes) {
+    std::vector<float> w(n * k), x(max_rows * k), y(max_rows * n);
     for (float& v : w) v = normal(rng);
     for (float& v : x) v = normal(rng) * 50.0f;
-    for (WeightFormat format : {WeightFormat::kF16, WeightFormat::kInt8, WeightFormat::kInt4}) {
+    for (WeightFormat format : formats) {
       std::vector<PackedWeight> pws;
       for (int c = 0; c < copies; ++c) pws.emplace_back(w.data(), nullptr, n, k, format);
-      for (int threads : a.integers("threads")) {
+      for (int threads : thread_counts) {
         ThreadPool pool(threads);
-        for (int rows : a.integers("batches")) {
+        for (int rows : batches) {
           std::vector<double> times;
           for (int rep = 0; rep < reps + 3; ++rep) {  // 3 warm-up products
             const auto t0 = std::chrono::steady_clock::now();
