@@ -55,6 +55,12 @@ const extra = ['<|endoftext|>Hello<|endoftext|>', 'a <|endoftext|> b', '<|paddin
   '<|begin_of_text|>In the beginning', 'I\'M HERE\r\n\r\nYOU\'RE 12345 ab12c', '\u2581 leading \u2581\u2581 marks',
   '\uD83D\uDE00\uD83D\uDE00 emoji \u{1F468}\u200D\u{1F469}', '\u0000\u0001\u007f control'];
 texts.push(...extra);
+// @huggingface/tokenizers (pure JS) is a second opinion only: the test holds us to the Rust
+// library on every text, and lists where this one differs from it. On all 31,102 verses it took
+// ~65 s of the oracles' ~125 (7 tokenizers, CI's 2 cores); every 8th verse and every other text
+// still say where it stands.
+const verse0 = torture.length;
+const hfjsRunsOn = (i) => i < verse0 || i >= verse0 + lines.length || (i - verse0) % 8 === 0;
 {
   const w = new Writer();
   w.parts.push(u32(texts.length));
@@ -207,7 +213,7 @@ function llama2Json() {
       w.rust[0].ids(ids);
       w.rust[1].str(rustDec[i]);
       let hids = null, hdec = null;
-      if (hj && t.length <= 200000) {
+      if (hj && t.length <= 200000 && hfjsRunsOn(i)) {
         try {
           hids = hj.encode(t, { add_special_tokens: false }).ids;
           hdec = hj.decode(hids, { skip_special_tokens: true, clean_up_tokenization_spaces: false });
