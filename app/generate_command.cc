@@ -10,6 +10,16 @@
 
 namespace mixserve {
 
+namespace {
+// Decode speed: the tokens after the first over the time after it (the first comes out of the
+// prefill, at ttft). Counting the first as well overstated it by n / (n − 1): 2% at 49 tokens.
+double decode_tokens_per_second(const TokenOutput& end) {
+  const int after_first = end.usage.completion_tokens - 1;
+  const double seconds = end.timing.e2e_s - end.timing.ttft_s;
+  return after_first > 0 && seconds > 0 ? after_first / seconds : 0.0;
+}
+}  // namespace
+
 int generate_command(int argc, char** argv) {
   CLI::App app("Streams a completion of --prompt from a local model to stdout.",
                "mixserve generate");
@@ -78,7 +88,7 @@ int generate_command(int argc, char** argv) {
         "tok/s)\n",
         model.id.c_str(), finish_reason_name(end.finish), end.usage.prompt_tokens,
         end.usage.completion_tokens, end.timing.ttft_s * 1e3, end.timing.e2e_s * 1e3,
-        end.usage.completion_tokens / std::max(end.timing.e2e_s - end.timing.ttft_s, 1e-9));
+        decode_tokens_per_second(end));
     if (end.finish == FinishReason::kError) std::fprintf(stderr, "error: %s\n", end.error.c_str());
     return end.finish == FinishReason::kError ? 1 : 0;
   } catch (const std::exception& e) {
