@@ -63,10 +63,16 @@ std::unique_ptr<Backend> make_backend(const LoadedModel& model, const BackendCho
       case WeightFormat::kF16:
         opts.weights = CudaWeightType::kF16;
         break;
+      case WeightFormat::kInt8:  // the CPU's int8 and int4 (engine/quantize.h), same values
+        opts.weights = CudaWeightType::kInt8;
+        break;
+      case WeightFormat::kInt4:
+        opts.weights = CudaWeightType::kInt4;
+        break;
       default:
         throw std::invalid_argument(std::string("--weights ") + weight_format_name(choice.weights) +
-                                    ": the CUDA backend has auto, f32 and f16 weights so far "
-                                    "(int8 and int4 run on the CPU backend: --backend cpu)");
+                                    ": the CUDA backend has auto, f32, f16, int8 and int4 weights "
+                                    "so far (the rest run on the CPU backend: --backend cpu)");
     }
     if (choice.kv_cache != KvCacheType::kF32)
       throw std::invalid_argument(std::string("--kv-cache ") + kv_cache_name(choice.kv_cache) +

@@ -40,8 +40,7 @@ int generate_command(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--weights", weights,
                  "projections stored as: auto (as shipped: float16 when exact, else float32), f32, "
-                 "f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU "
-                 "backend (docs/cpu.md)")
+                 "f16, int8 (per output channel), int4 (per 32 inputs) (docs/weight-formats.md)")
       ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
       ->capture_default_str();
   app.add_option("--kv-cache", kv_cache,

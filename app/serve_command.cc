@@ -81,8 +81,7 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->capture_default_str();
   app.add_option("--weights", f.weights,
                  "projections stored as: auto (as shipped: float16 when exact, else float32), f32, "
-                 "f16, int8 (per output channel), int4 (per 32 inputs); int8/int4 on the CPU "
-                 "backend (docs/cpu.md)")
+                 "f16, int8 (per output channel), int4 (per 32 inputs) (docs/weight-formats.md)")
       ->check(CLI::IsMember({"auto", "f32", "f16", "int8", "int4"}))
       ->capture_default_str();
   app.add_option("--kv-cache", f.kv_cache,

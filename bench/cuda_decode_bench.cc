@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
   a.flag("layers", "18", "m");
   a.flag("heads", "4", "heads of attention, retnet, linear, performer");
   a.flag("window", "0", "W of aft_local, she, he, we, me (0: the mixer's default)");
-  a.flag("weights", "f16", "f32, f16, bf16");
+  a.flag("weights", "f16", "f32, f16, bf16, int8, int4");
   a.toggle("no-graphs", "run every step eagerly");
   a.toggle("device-sampling", "also time whole steps sampled on the device (forward_and_sample)");
   a.toggle("context-sweep", "also time batch-1 steps at every position (per-token cost vs context)");

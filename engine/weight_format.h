@@ -1,4 +1,6 @@
-// How the CPU backend stores the projection matrices it streams every step (--weights).
+// How the backends store the projection matrices they stream every step (--weights). The CUDA
+// backend takes every format here (int8 and int4 with the CPU's quantized values and scales,
+// engine/quantize.h, row-major on the device: kernels/device_memory.cuh).
 //   auto  float16 when every value of a matrix is a float16 value (a float16 checkpoint), else
 //         float32 — the weights exactly as shipped;
 //   f32   float32;  f16  rounded to float16 (exact for a float16 checkpoint);
@@ -6,8 +8,9 @@
 //   int4  4-bit, one float32 scale per output and group of 32 inputs (llama.cpp's Q4_0 rule:
 //         scale = m / −8 with m the group's value of largest magnitude, q = round(w / scale)
 //         clamped to −8…7).
-// Quantized or not, every product is summed in the one fixed order of engine/cpu/gemm.h, so batch
-// invariance and decode == prefill hold for every format. The embedding lookup keeps the
+// Quantized or not, every product is summed in one fixed order (engine/cpu/gemm.h; on the CUDA
+// backend its own, kernels/sum_order.h), so batch invariance and decode == prefill hold for every
+// format on both backends. The embedding lookup keeps the
 // checkpoint's values; the LM head (tied or not) is a projection like the others.
 #pragma once
 

@@ -39,7 +39,10 @@ CudaWeightType parse_cuda_weight_type(const std::string& name) {
   if (name == "f16") return CudaWeightType::kF16;
   if (name == "bf16") return CudaWeightType::kBF16;
   if (name == "auto") return CudaWeightType::kAuto;
-  throw std::invalid_argument("weight type must be f32, f16, bf16 or auto, not '" + name + "'");
+  if (name == "int8") return CudaWeightType::kInt8;
+  if (name == "int4") return CudaWeightType::kInt4;
+  throw std::invalid_argument("weight type must be f32, f16, bf16, auto, int8 or int4, not '" +
+                              name + "'");
 }
 
 namespace {

@@ -13,8 +13,10 @@ namespace mixserve {
 
 // How projections are stored on the device (the math is float32 either way). kAuto keeps a
 // matrix in float16 when every value is exactly a float16 value (shipped models are F16: exact,
-// at half the bytes, as the CPU's float16 panels), else float32.
-enum class CudaWeightType { kF32, kF16, kBF16, kAuto };
+// at half the bytes, as the CPU's float16 panels), else float32. kInt8 and kInt4 are the CPU's
+// int8 and int4 formats (engine/quantize.h: the same values and scales), dequantized in the
+// GEMMs' inner loops (kernels/device_memory.cuh has the layout).
+enum class CudaWeightType { kF32, kF16, kBF16, kAuto, kInt8, kInt4 };
 
 struct CudaBackendOptions {
   int64_t pool_bytes = 0;     // state pool; 0: sized by memory_fraction
@@ -50,7 +52,7 @@ struct CudaBackendOptions {
 bool cuda_device_available();
 // "NVIDIA H100 80GB HBM3" or "" when there is none.
 std::string cuda_device_name();
-// "f32" | "f16" | "bf16" | "auto"; throws std::invalid_argument otherwise.
+// "f32" | "f16" | "bf16" | "auto" | "int8" | "int4"; throws std::invalid_argument otherwise.
 CudaWeightType parse_cuda_weight_type(const std::string& name);
 // The device sampler on its own (tests, benchmarks): uploads logits [rows, vocab] and samples
 // rows[i] (SampleRow::row indexes the uploaded rows) as CudaBackend's device_sampling does.

@@ -1,5 +1,6 @@
 // Device and pinned host buffers (RAII), and the model's weights on the device: uploaded once,
-// projections as float32, float16 or bfloat16 matrices [n_out, k] (y = x·Wᵀ + b, as on the CPU).
+// projections as float32, float16, bfloat16, int8 or int4 matrices [n_out, k] (y = x·Wᵀ + b, as on
+// the CPU).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,14 +61,24 @@ class PinnedBuffer {
   size_t n_ = 0;
 };
 
-// A projection on the device: w [n, k] in float32, float16 or bfloat16, bias [n] in float32.
+// A projection on the device, bias [n] in float32, w [n, k] row-major in one of:
+//  - float32, float16, bfloat16: one value per weight;
+//  - int8: int8_t [n][k], the CPU's values (engine/quantize.h), and scales [n], one per output;
+//    the GEMMs sum over the int8 values (as floats, exact) and multiply each output by its scale
+//    once, before the bias;
+//  - int4: [n][ceil(k / 2)] bytes, weight k of a row in the low nibble of byte k / 2 when k is
+//    even, the high one when odd, stored as q + 8 (q in −8…7; an odd k's last high nibble is 8,
+//    q = 0), and scales [n][int4_groups(k)], one per output and group of 32 inputs; the GEMMs
+//    load each weight as the float32 scale·q (one rounding, int4_weight in sum_order.h).
 struct DevMatrix {
   const void* w = nullptr;
   const float* bias = nullptr;
+  const float* scales = nullptr;  // int8 and int4 only (above)
   int n = 0, k = 0;
   CudaWeightType type = CudaWeightType::kF32;
-  // f16/bf16 only: every GEMM with this matrix runs on tensor cores (gemm_tensor_cores.cu), at
-  // every batch size, so a row's bits still never depend on the batch.
+  // f16/bf16 only (int8 and int4 stay on CUDA cores): every GEMM with this matrix runs on tensor
+  // cores (gemm_tensor_cores.cu), at every batch size, so a row's bits still never depend on the
+  // batch.
   bool tensor_cores = false;
   // CUDA-core path, M ≤ 8: gemv.cu's kernel (W and A in double-buffered chunks, W by cp.async,
   // then the same per-output FMA chain), bit-identical to the tiled kernel.
@@ -76,6 +87,11 @@ struct DevMatrix {
   // predicts bit for bit (the backend turns tensor_cores and small_batch_gemv off with it).
   bool ordered_sums = false;
   bool empty() const { return n == 0; }
+  bool quantized() const { return type == CudaWeightType::kInt8 || type == CudaWeightType::kInt4; }
+  // The per-output scales an int8 sum is multiplied by (null for every other type).
+  const float* output_scales() const { return type == CudaWeightType::kInt8 ? scales : nullptr; }
+  // The per-group scales int4 weights are loaded with (null for every other type).
+  const float* group_scales() const { return type == CudaWeightType::kInt4 ? scales : nullptr; }
 };
 
 // Owns every weight uploaded to the device.

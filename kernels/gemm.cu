@@ -1,7 +1,9 @@
 // The fixed-order GEMM (see gemm.cuh). Plain CUDA-core FMAs in float32 whatever the weight type:
 // float16/bfloat16 weights are widened on load (exact), which halves the bytes batch-1 decode
-// streams. Tiles: BM×BN outputs per block, TM×TN per thread (strided, so a warp's shared-memory
-// reads hit distinct banks), BK of K per step, the next step's tile prefetched into registers.
+// streams; int8 weights are summed as their integer values and each output multiplied by its
+// scale once before the bias, int4 ones loaded as scale·q (kernels/sum_order.h), in the same order.
+// Tiles: BM×BN outputs per block, TM×TN per thread (strided, so a warp's shared-memory reads hit
+// distinct banks), BK of K per step, the next step's tile prefetched into registers.
 #include "kernels/gemm.cuh"
 #include "kernels/gemm_parts.cuh"
 #include "kernels/sum_order.h"
@@ -46,8 +48,9 @@ struct LagLoader {
 // tile to 158 registers (ptxas-budget); they are touched once per 64 of K.
 template <typename WT, int BM, int BN, int TM, int TN, int BK, bool Ordered, typename Loader>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
-    gemm_kernel(Loader a, const WT* __restrict__ W, const float* __restrict__ bias, int M, int N,
-                int K, int k_chunk, GemmOut out, float* partial) {
+    gemm_kernel(Loader a, const WT* __restrict__ W, const float* __restrict__ bias,
+                const float* __restrict__ group_scales, const float* __restrict__ output_scales,
+                int M, int N, int K, int k_chunk, GemmOut out, float* partial) {
   static_assert(!Ordered || kSumChunk % BK == 0, "a K step must not straddle a chunk");
   constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
   constexpr int A_PER = BM * BK / NT, B_PER = BN * BK / NT;
@@ -71,7 +74,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
     for (int e = 0; e < B_PER; ++e) {
       const int idx = tid + e * NT, j = idx / BK, k = k0 + idx % BK;
-      rb[e] = (n0 + j < N && k < k_stop) ? widen(W[static_cast<int64_t>(n0 + j) * K + k]) : 0.0f;
+      rb[e] = (n0 + j < N && k < k_stop) ? load_weight(W, group_scales, n0 + j, k, K) : 0.0f;
     }
   };
 
@@ -144,15 +147,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       if (r >= M || n >= N) continue;
       float v = acc[i][j];
       if constexpr (Ordered) v = (Loader::kSplitK ? grp : all)[(i * TN + j) * NT + tid];
-      if (partial) partial[(static_cast<int64_t>(blockIdx.z) * M + r) * N + n] = v;
-      else finish(out, bias, r, n, v);
+      if (partial)
+        partial[(static_cast<int64_t>(blockIdx.z) * M + r) * N + n] = v;
+      else
+        finish(out, bias, r, n, scale_output(v, output_scales, n));
     }
 }
 
 // Adds each row's chunk sums in order — only the chunks its own history reaches, so the result
 // is the row's alone — then bias, activation, epilogue.
-__global__ void lag_reduce_kernel(const float* partial, const float* bias, LagIn in, int M, int N,
-                                  GemmOut out) {
+__global__ void lag_reduce_kernel(const float* partial, const float* bias,
+                                  const float* output_scales, LagIn in, int M, int N, GemmOut out) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(M) * N) return;
   const int r = static_cast<int>(idx / N), n = static_cast<int>(idx % N);
@@ -160,7 +165,7 @@ __global__ void lag_reduce_kernel(const float* partial, const float* bias, LagIn
   const int chunks = (used + kLagChunk - 1) / kLagChunk;
   float acc = partial[idx];
   for (int c = 1; c < chunks; ++c) acc += partial[static_cast<int64_t>(c) * M * N + idx];
-  finish(out, bias, r, n, acc);
+  finish(out, bias, r, n, scale_output(acc, output_scales, n));
 }
 
 template <typename WT, int BM, int BN, int TM, int TN, int BK, typename Loader>
@@ -169,11 +174,13 @@ void launch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chun
   const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM), chunks);
   const int threads = (BM / TM) * (BN / TN);
   if (w.ordered_sums)
-    gemm_kernel<WT, BM, BN, TM, TN, BK, true, Loader><<<grid, threads, 0, stream>>>(
-        a, static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, k_chunk, out, partial);
+    gemm_kernel<WT, BM, BN, TM, TN, BK, true, Loader>
+        <<<grid, threads, 0, stream>>>(a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
+                                       w.output_scales(), M, w.n, w.k, k_chunk, out, partial);
   else
-    gemm_kernel<WT, BM, BN, TM, TN, BK, false, Loader><<<grid, threads, 0, stream>>>(
-        a, static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, k_chunk, out, partial);
+    gemm_kernel<WT, BM, BN, TM, TN, BK, false, Loader>
+        <<<grid, threads, 0, stream>>>(a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
+                                       w.output_scales(), M, w.n, w.k, k_chunk, out, partial);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -198,6 +205,12 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
     case CudaWeightType::kBF16:
       dispatch_shape<__nv_bfloat16>(stream, a, w, M, k_chunk, chunks, out, partial);
       break;
+    case CudaWeightType::kInt8:
+      dispatch_shape<int8_t>(stream, a, w, M, k_chunk, chunks, out, partial);
+      break;
+    case CudaWeightType::kInt4:
+      dispatch_shape<PackedInt4>(stream, a, w, M, k_chunk, chunks, out, partial);
+      break;
     case CudaWeightType::kAuto: throw std::logic_error("unresolved weight type");
   }
 }
@@ -221,7 +234,8 @@ void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, 
   LagLoader a{in, w.k};
   dispatch(stream, a, w, M, kLagChunk, lag_chunks(w.k), out, partial);
   const int64_t n = static_cast<int64_t>(M) * w.n;
-  lag_reduce_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(partial, w.bias, in, M, w.n, out);
+  lag_reduce_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(partial, w.bias, w.output_scales(), in, M,
+                                                          w.n, out);
   CUDA_CHECK_LAUNCH();
 }
 

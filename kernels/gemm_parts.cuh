@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/gemm.cuh"
+#include "kernels/sum_order.h"
 
 namespace mixserve::cuda {
 
@@ -26,6 +27,44 @@ __device__ __forceinline__ float widen(__half v) {
 }
 __device__ __forceinline__ float widen(__nv_bfloat16 v) {
   return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(int8_t v) {  // int8: the sum runs over q itself (exact)
+  return static_cast<float>(v);
+}
+
+// The element type of int4 matrices: two weights a byte (device_memory.cuh's layout).
+struct PackedInt4 {
+  uint8_t bits;
+};
+// Bits a weight of type WT takes in device memory.
+template <typename WT>
+__host__ __device__ constexpr int weight_bits() {
+  return 8 * static_cast<int>(sizeof(WT));
+}
+template <>
+__host__ __device__ constexpr int weight_bits<PackedInt4>() {
+  return 4;
+}
+
+// Weight (n, k) of W [N, K] as the sum uses it (kernels/sum_order.h): widened, or for int4 the
+// float32 scale·q (group_scales: DevMatrix::group_scales()).
+template <typename WT>
+__device__ __forceinline__ float load_weight(const WT* W, const float*, int n, int k, int K) {
+  return widen(W[static_cast<int64_t>(n) * K + k]);
+}
+__device__ __forceinline__ float load_weight(const PackedInt4* W, const float* group_scales, int n,
+                                             int k, int K) {
+  const uint8_t* row = &W[static_cast<int64_t>(n) * int4_row_bytes(K)].bits;
+  const int groups = (K + static_cast<int>(kInt4Group) - 1) / static_cast<int>(kInt4Group);
+  return int4_weight(
+      int4_q(row, k),
+      group_scales[static_cast<int64_t>(n) * groups + k / static_cast<int>(kInt4Group)]);
+}
+
+// int8's one multiply of an output's sum by its scale, before the bias (output_scales:
+// DevMatrix::output_scales(), null for every other type).
+__device__ __forceinline__ float scale_output(float acc, const float* output_scales, int n) {
+  return output_scales ? __fmul_rn(acc, output_scales[n]) : acc;
 }
 
 __device__ __forceinline__ float activate(float v, Act act) {

@@ -9,6 +9,8 @@
 // the same loader (PlainLoader) and the same finish(); the tiled kernel's zero padding beyond K
 // adds fma(0, 0, acc) = acc exactly (acc starts at +0 and an FMA chain from +0 never gives −0).
 // So this kernel at M ≤ 8 and the tiled one at M > 8 keep a row's bits independent of the batch.
+// int8 and int4 weights are copied as they are stored (a quarter and an eighth of float32's bytes)
+// and turned into the tiled kernel's terms as they are summed (load_weight's, scale_output's).
 #include <cuda_pipeline.h>
 
 #include "kernels/gemm_parts.cuh"
@@ -24,19 +26,51 @@ constexpr int kOutputs = 32;  // outputs per block: one warp's lanes
 constexpr int kThreads = kOutputs * kRows;
 constexpr int kChunk = 128;  // K per fetch; two fetches in flight (double buffer)
 
-// Shared weight rows are an odd number of 32-bit words apart (kChunk·size/4 + 1), so the 32 lanes
+// Shared weight rows are an odd number of 32-bit words apart (kChunk·bits/32 + 1), so the 32 lanes
 // of a warp (32 rows, same k) read 32 distinct banks.
 template <typename WT>
 __host__ __device__ constexpr int row_words() {
-  return kChunk * static_cast<int>(sizeof(WT)) / 4 + 1;
+  return kChunk * weight_bits<WT>() / 32 + 1;
+}
+// Words of W's memory that `count` weights of a row take (a whole number: gemv_applies).
+template <typename WT>
+__host__ __device__ constexpr int64_t weight_words(int64_t count) {
+  return count * weight_bits<WT>() / 32;
+}
+static_assert(kChunk % kInt4Group == 0, "an int4 scale group never straddles a chunk");
+
+// acc += the chunk's terms for one output: weights wrow[0, len) of the chunk at c0, rows arow.
+template <typename WT>
+__device__ __forceinline__ float sum_chunk(const uint32_t* wrow, const float* arow, int len, int,
+                                           const float*, float acc) {
+  const WT* w = reinterpret_cast<const WT*>(wrow);
+#pragma unroll 8
+  for (int k = 0; k < len; ++k) acc = __fmaf_rn(arow[k], widen(w[k]), acc);
+  return acc;
+}
+// int4: a group's scale is read once (scales: the output's, [int4 groups of K]).
+template <>
+__device__ __forceinline__ float sum_chunk<PackedInt4>(const uint32_t* wrow, const float* arow,
+                                                       int len, int c0, const float* scales,
+                                                       float acc) {
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(wrow);
+  constexpr int G = static_cast<int>(kInt4Group);
+  for (int g0 = 0; g0 < len; g0 += G) {
+    const float scale = scales[(c0 + g0) / G];
+    const int end = min(len, g0 + G);
+#pragma unroll 8
+    for (int k = g0; k < end; ++k) acc = __fmaf_rn(arow[k], int4_weight(int4_q(q, k), scale), acc);
+  }
+  return acc;
 }
 // One stage: the weight rows, then the rows of A; sized for float32 weights (the largest).
 constexpr int kStageBytes = kOutputs * (kChunk + 1) * 4 + kRows * kChunk * 4;
 
 template <typename WT>
 __global__ void __launch_bounds__(kThreads)
-    gemv_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias, int M,
-                int N, int K, GemmOut out) {
+    gemv_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
+                const float* __restrict__ group_scales, const float* __restrict__ output_scales,
+                int M, int N, int K, GemmOut out) {
   __shared__ __align__(16) unsigned char smem[2 * kStageBytes];
   __shared__ float stats[2 * kRows];
   constexpr int words = row_words<WT>();
@@ -47,8 +81,8 @@ __global__ void __launch_bounds__(kThreads)
   const int n = n0 + lane;
   const bool active = r < M && n < N;
   const int rows_here = min(kOutputs, N - n0);
-  const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // K·size is a multiple of 4
-  const int64_t k_words = static_cast<int64_t>(K) * static_cast<int>(sizeof(WT)) / 4;
+  const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // a row is whole words
+  const int64_t k_words = weight_words<WT>(K);
   auto weights = [&](int chunk) {
     return reinterpret_cast<uint32_t*>(smem + (chunk % 2) * kStageBytes);
   };
@@ -59,8 +93,8 @@ __global__ void __launch_bounds__(kThreads)
   // layer-normed by the threads.
   auto fetch = [&](int chunk) {
     const int c0 = chunk * kChunk, len = min(kChunk, K - c0);
-    const int len_words = len * static_cast<int>(sizeof(WT)) / 4;  // len is even for 16-bit weights
-    const int64_t c0_words = static_cast<int64_t>(c0) * static_cast<int>(sizeof(WT)) / 4;
+    const int len_words = static_cast<int>(weight_words<WT>(len));  // whole: as K (gemv_applies)
+    const int64_t c0_words = weight_words<WT>(c0);
     uint32_t* ws = weights(chunk);
     for (int e = threadIdx.x; e < rows_here * len_words; e += kThreads) {
       const int j = e / len_words, w = e % len_words;
@@ -73,6 +107,9 @@ __global__ void __launch_bounds__(kThreads)
   };
   const int chunks = (K + kChunk - 1) / kChunk;
   float acc = 0.0f;
+  // This output's int4 group scales (K is a multiple of the group: gemv_applies).
+  const int64_t groups = K / kInt4Group;
+  const float* scales = group_scales && active ? group_scales + n * groups : nullptr;
   fetch(0);
   for (int chunk = 0; chunk < chunks; ++chunk) {
     if (chunk + 1 < chunks) {
@@ -84,21 +121,24 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every thread's copies and row stores of this chunk are visible
     if (active) {
       const int len = min(kChunk, K - chunk * kChunk);
-      const WT* wrow = reinterpret_cast<const WT*>(&weights(chunk)[lane * words]);
-      const float* arow = &rows(chunk)[r * kChunk];
-#pragma unroll 8
-      for (int k = 0; k < len; ++k) acc = __fmaf_rn(arow[k], widen(wrow[k]), acc);
+      acc = sum_chunk<WT>(&weights(chunk)[lane * words], &rows(chunk)[r * kChunk], len,
+                          chunk * kChunk, scales, acc);
     }
     __syncthreads();  // this chunk's buffer is free for chunk + 2
   }
-  if (active) finish(out, bias, r, n, acc);
+  if (active) finish(out, bias, r, n, scale_output(acc, output_scales, n));
 }
 
 }  // namespace
 
 bool gemv_applies(const DevMatrix& w, int M) {
-  return w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows &&
-         (w.type == CudaWeightType::kF32 || w.k % 2 == 0);
+  // Rows copied as whole 32-bit words: K even for 16-bit weights, a multiple of 4 for int8, of 8
+  // for int4 (a multiple of 32 too, so the int4 groups are whole: int4_groups(K) = K / 32).
+  const bool whole_words =
+      w.type == CudaWeightType::kF32 || (w.type == CudaWeightType::kInt8 && w.k % 4 == 0) ||
+      (w.type == CudaWeightType::kInt4 && w.k % kInt4Group == 0) ||
+      ((w.type == CudaWeightType::kF16 || w.type == CudaWeightType::kBF16) && w.k % 2 == 0);
+  return w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows && whole_words;
 }
 
 void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
@@ -108,15 +148,24 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
   switch (w.type) {
     case CudaWeightType::kF32:
       gemv_kernel<float><<<blocks, kThreads, 0, stream>>>(a, static_cast<const float*>(w.w), w.bias,
-                                                          M, w.n, w.k, out);
+                                                          nullptr, nullptr, M, w.n, w.k, out);
       break;
     case CudaWeightType::kF16:
-      gemv_kernel<__half><<<blocks, kThreads, 0, stream>>>(a, static_cast<const __half*>(w.w),
-                                                           w.bias, M, w.n, w.k, out);
+      gemv_kernel<__half><<<blocks, kThreads, 0, stream>>>(
+          a, static_cast<const __half*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
       break;
     case CudaWeightType::kBF16:
       gemv_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
-          a, static_cast<const __nv_bfloat16*>(w.w), w.bias, M, w.n, w.k, out);
+          a, static_cast<const __nv_bfloat16*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
+      break;
+    case CudaWeightType::kInt8:
+      gemv_kernel<int8_t><<<blocks, kThreads, 0, stream>>>(
+          a, static_cast<const int8_t*>(w.w), w.bias, nullptr, w.output_scales(), M, w.n, w.k, out);
+      break;
+    case CudaWeightType::kInt4:
+      gemv_kernel<PackedInt4>
+          <<<blocks, kThreads, 0, stream>>>(a, static_cast<const PackedInt4*>(w.w), w.bias,
+                                            w.group_scales(), nullptr, M, w.n, w.k, out);
       break;
     case CudaWeightType::kAuto:
       throw std::logic_error("unresolved weight type");

@@ -2,7 +2,9 @@
 #include <cstring>
 
 #include "engine/model_weights.h"
+#include "engine/quantize.h"
 #include "kernels/ops.cuh"
+#include "kernels/sum_order.h"
 
 namespace mixserve::cuda {
 
@@ -155,12 +157,27 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
     std::vector<__half> h(count);
     for (size_t i = 0; i < count; ++i) h[i] = __float2half_rn(w[i]);
     m.w = upload(h.data(), count * sizeof(__half));
-  } else {
+  } else if (m.type == CudaWeightType::kBF16) {
     std::vector<__nv_bfloat16> h(count);
     for (size_t i = 0; i < count; ++i) h[i] = __float2bfloat16_rn(w[i]);
     m.w = upload(h.data(), count * sizeof(__nv_bfloat16));
+  } else if (m.type == CudaWeightType::kInt8) {
+    // The CPU's quantization (engine/quantize.h), so both backends hold the same values.
+    const QuantizedMatrix q = quantize_int8(w, n, k);
+    m.w = upload(q.q.data(), count);
+    m.scales = f32(q.scales);
+  } else if (m.type == CudaWeightType::kInt4) {
+    // The same, two weights a byte (the layout is in device_memory.cuh).
+    const QuantizedMatrix q = quantize_int4(w, n, k);
+    const std::vector<uint8_t> packed = pack_int4_rows(q);
+    m.w = upload(packed.data(), packed.size());
+    m.scales = f32(q.scales);
+  } else {
+    throw std::logic_error("unknown weight type");
   }
-  m.tensor_cores = tensor_cores_ && m.type != CudaWeightType::kF32;
+  // Tensor cores for float16/bfloat16 only: int8 and int4 (and float32) run on CUDA cores.
+  m.tensor_cores =
+      tensor_cores_ && (m.type == CudaWeightType::kF16 || m.type == CudaWeightType::kBF16);
   m.small_batch_gemv = small_batch_gemv_;
   m.ordered_sums = ordered_sums_;
   if (bias) m.bias = f32(bias, n);

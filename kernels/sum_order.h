@@ -11,9 +11,14 @@
 // inside the last chunk (a tile's rows beyond K) adds fma(0, w, s) = s, which changes nothing.
 // A group is split-K's unit: a block that owns K range [256j, 256j + 256) writes g_j, and the
 // reduction adds the g_j in order (SHE's lag GEMM, kLagChunk = 256).
+// Below the order: the default order's emulator (ChainSum, one FMA chain: the CPU's), and the terms
+// int8 and int4 weights give (int8_output, int4_output; #21), with the int4 device layout.
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "engine/quantize.h"
 
 #ifdef __CUDACC__
 #define MIXSERVE_HD __host__ __device__
@@ -76,6 +81,14 @@ MIXSERVE_HD inline float sum_add(float a, float b) {
   return s;
 #endif
 }
+MIXSERVE_HD inline float sum_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  volatile float p = a * b;  // no contraction with anything around it
+  return p;
+#endif
+}
 
 // One output's running sum in the order above. fma() one term at a time; end_chunk() when a chunk
 // ends (ends_chunk), end_group() when a group ends (after end_chunk). total() once all of K is in.
@@ -98,15 +111,89 @@ struct OrderedSum {
   MIXSERVE_HD float total() const { return all; }
 };
 
-// The emulator: y = Σ_k a[k]·w[k] in the order above, term by term.
-MIXSERVE_HD inline float ordered_dot(const float* a, const float* w, int K) {
-  OrderedSum s;
+// The default order (DevMatrix::ordered_sums off), the CPU's: one FMA chain over all of K from +0.
+struct ChainSum {
+  float acc = 0.0f;
+  MIXSERVE_HD void fma(float a, float w) { acc = sum_fma(a, w, acc); }
+  MIXSERVE_HD void end_chunk() {}
+  MIXSERVE_HD void end_group() {}
+  MIXSERVE_HD float total() const { return acc; }
+};
+
+// y = Σ_k a[k]·weight(k) in the order of Sum (OrderedSum or ChainSum), term by term.
+template <typename Sum, typename Weights>
+MIXSERVE_HD float dot_in_order(const float* a, const Weights& weight, int K) {
+  Sum s;
   for (int k = 0; k < K; ++k) {
-    s.fma(a[k], w[k]);
+    s.fma(a[k], weight(k));
     if (ends_chunk(k, K)) s.end_chunk();
     if (ends_group(k, K)) s.end_group();
   }
   return s.total();
+}
+
+struct FloatWeights {  // float32 (or float16/bfloat16 already widened) weights
+  const float* w;
+  MIXSERVE_HD float operator()(int k) const { return w[k]; }
+};
+
+// The emulator: y = Σ_k a[k]·w[k] in the order above, term by term.
+MIXSERVE_HD inline float ordered_dot(const float* a, const float* w, int K) {
+  return dot_in_order<OrderedSum>(a, FloatWeights{w}, K);
+}
+
+// --- Quantized weights (--weights int8|int4; engine/quantize.h quantizes, as on the CPU) ---
+// int8: the sum runs over the int8 values as floats (exact) and each output is multiplied by its
+// scale once, before the bias. int4: each weight is loaded as the float32 scale·q, one rounding,
+// then summed as a float32 weight is. Either way the sum keeps its order (ordered or chain).
+
+// int4's weight as every kernel loads it.
+MIXSERVE_HD inline float int4_weight(int q, float scale) {
+  return sum_mul(static_cast<float>(q), scale);
+}
+
+// The int4 device layout (kernels/device_memory.cuh): row n's bytes start at n·int4_row_bytes(K);
+// weight k is the low nibble of byte k / 2 when k is even, the high one when odd, stored as q + 8.
+MIXSERVE_HD constexpr int64_t int4_row_bytes(int K) {
+  return (K + 1) / 2;
+}
+MIXSERVE_HD inline int int4_q(const uint8_t* row, int k) {
+  return ((row[k >> 1] >> ((k & 1) * 4)) & 15) - 8;
+}
+// W's int4 values in that layout (unused nibbles hold q = 0).
+inline std::vector<uint8_t> pack_int4_rows(const QuantizedMatrix& m) {
+  const int64_t row_bytes = int4_row_bytes(static_cast<int>(m.k));
+  std::vector<uint8_t> packed(m.n * row_bytes, 0x88);
+  for (int64_t n = 0; n < m.n; ++n)
+    for (int64_t k = 0; k < m.k; ++k) {
+      uint8_t& byte = packed[n * row_bytes + k / 2];
+      const int shift = static_cast<int>(k & 1) * 4;
+      byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((m.q[n * m.k + k] + 8) << shift));
+    }
+  return packed;
+}
+
+struct Int8Weights {  // the sum's terms: q as a float
+  const int8_t* q;
+  MIXSERVE_HD float operator()(int k) const { return static_cast<float>(q[k]); }
+};
+struct Int4Weights {  // q [K], scales [int4_groups(K)] of one output
+  const int8_t* q;
+  const float* scales;
+  MIXSERVE_HD float operator()(int k) const {
+    return int4_weight(q[k], scales[k / static_cast<int>(kInt4Group)]);
+  }
+};
+
+// One output before its bias, as the int8 and int4 kernels give it in the order of Sum: the
+// QuantizedMatrix's row n (q + n·K) and its scales.
+template <typename Sum>
+MIXSERVE_HD float int8_output(const float* a, const int8_t* q, float scale, int K) {
+  return sum_mul(dot_in_order<Sum>(a, Int8Weights{q}, K), scale);
+}
+template <typename Sum>
+MIXSERVE_HD float int4_output(const float* a, const int8_t* q, const float* scales, int K) {
+  return dot_in_order<Sum>(a, Int4Weights{q, scales}, K);
 }
 
 }  // namespace mixserve::cuda

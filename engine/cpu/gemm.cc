@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/quantize.h"
 #include "engine/safetensors.h"
 
 #if defined(__x86_64__)
@@ -532,9 +533,6 @@ void multiply_packed(PanelAt panel, const float* col_scale, const float* bias, i
 int64_t panel_count(int64_t n_out) {
   return (n_out + P - 1) / P;
 }
-int64_t int4_groups(int64_t k) {
-  return (k + G4 - 1) / G4;
-}
 }  // namespace
 
 const char* gemm_kernel_name() {
@@ -572,42 +570,31 @@ PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int
       for (int64_t n = 0; n < n_out; ++n)
         for (int64_t kk = 0; kk < k; ++kk) panels16_[index(n, kk)] = halves[n * k + kk];
       break;
-    case WeightFormat::kInt8:
-      // Symmetric, one scale per output: q = round(w / scale) with scale = max|w| / 127.
+    case WeightFormat::kInt8: {
+      // engine/quantize.h's values and scales (the CUDA backend's too), laid out in panels.
+      const QuantizedMatrix m = quantize_int8(w, n_out, k);
       panels8_.assign(panels * k * P, 0);
       scales_.assign(panels * P, 0.0f);
-      for (int64_t n = 0; n < n_out; ++n) {
-        float amax = 0.0f;
-        for (int64_t kk = 0; kk < k; ++kk) amax = std::max(amax, std::fabs(w[n * k + kk]));
-        const float scale = amax / 127.0f, inv = scale > 0 ? 1.0f / scale : 0.0f;
-        scales_[n] = scale;
-        for (int64_t kk = 0; kk < k; ++kk)
-          panels8_[index(n, kk)] =
-              static_cast<int8_t>(std::clamp(std::nearbyint(w[n * k + kk] * inv), -127.0f, 127.0f));
-      }
+      std::copy(m.scales.begin(), m.scales.end(), scales_.begin());
+      for (int64_t n = 0; n < n_out; ++n)
+        for (int64_t kk = 0; kk < k; ++kk) panels8_[index(n, kk)] = m.q[n * k + kk];
       break;
+    }
     case WeightFormat::kInt4: {
-      // Per output and group of 32 inputs, llama.cpp's Q4_0 rule: scale = m / −8 with m the
-      // value of largest magnitude, q = round(w / scale) clamped to −8…7 (m itself maps to −8).
+      // engine/quantize.h's values and scales, laid out in panels: the nibbles as q + 8.
+      const QuantizedMatrix m = quantize_int4(w, n_out, k);
       const int64_t groups = int4_groups(k), half_k = (k + 1) / 2;
       panels4_.assign(panels * half_k * P, 0x88);  // q = 0 in both nibbles for padding
       scales_.assign(panels * groups * P, 0.0f);
-      for (int64_t n = 0; n < n_out; ++n)
-        for (int64_t g = 0; g < groups; ++g) {
-          const int64_t k0 = g * G4, k1 = std::min(k, k0 + G4);
-          float m = 0.0f;
-          for (int64_t kk = k0; kk < k1; ++kk)
-            if (std::fabs(w[n * k + kk]) > std::fabs(m)) m = w[n * k + kk];
-          const float scale = m / -8.0f, inv = scale != 0 ? 1.0f / scale : 0.0f;
-          scales_[(n / P) * groups * P + g * P + n % P] = scale;
-          for (int64_t kk = k0; kk < k1; ++kk) {
-            const int q =
-                static_cast<int>(std::clamp(std::nearbyint(w[n * k + kk] * inv), -8.0f, 7.0f));
-            uint8_t& byte = panels4_[(n / P) * half_k * P + (kk >> 1) * P + n % P];
-            const int shift = (kk & 1) * 4;
-            byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((q + 8) << shift));
-          }
+      for (int64_t n = 0; n < n_out; ++n) {
+        for (int64_t g = 0; g < groups; ++g)
+          scales_[(n / P) * groups * P + g * P + n % P] = m.scales[n * groups + g];
+        for (int64_t kk = 0; kk < k; ++kk) {
+          uint8_t& byte = panels4_[(n / P) * half_k * P + (kk >> 1) * P + n % P];
+          const int shift = (kk & 1) * 4;
+          byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((m.q[n * k + kk] + 8) << shift));
         }
+      }
       break;
     }
     default:

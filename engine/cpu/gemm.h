@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/quantize.h"
 #include "engine/weight_format.h"
 
 namespace mixserve {
@@ -21,7 +22,8 @@ class ThreadPool;
 //  - float32, or float16 when every value is a float16 value (kAuto) or when asked (kF16):
 //    converting a float16 to float32 is exact, so float16 panels give the float32 panels' bits
 //    while batch-1 decode, which streams every weight once per token, reads half the bytes;
-//  - int8, one scale per output: the sum runs over the int8 values (each converted to float32,
+//  - int8, one scale per output (engine/quantize.h, as the CUDA backend's): the sum runs over the
+//  int8 values (each converted to float32,
 //    exactly) and is multiplied by the output's scale once, before the bias;
 //  - int4, one scale per output and group of 32 inputs: each weight is dequantized to the float32
 //    scale·q (one rounding, the same on every path) as it is loaded, then summed as float32 is.
@@ -29,7 +31,7 @@ class ThreadPool;
 class PackedWeight {
  public:
   static constexpr int64_t kPanel = 16;
-  static constexpr int64_t kInt4Group = 32;  // inputs per int4 scale
+  static constexpr int64_t kInt4Group = mixserve::kInt4Group;  // inputs per int4 scale
   PackedWeight() = default;
   PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k,
                WeightFormat format = WeightFormat::kAuto);

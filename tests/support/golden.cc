@@ -116,6 +116,32 @@ double rel_diff(const float* a, const float* b, const float* ref, size_t n) {
   return max_abs_diff(a, b, n) / scale;
 }
 
+std::string decode_prefill_difference(Runner& run, const std::vector<int32_t>& tokens, int64_t V) {
+  const int T = static_cast<int>(tokens.size());
+  SequenceState whole, stepwise, chunked;
+  auto all = run.forward({&whole}, {tokens}, {0}, true);
+  for (int t = 0; t < T; ++t) {
+    auto one = run.forward({&stepwise}, {{tokens[t]}}, {t}, false);
+    if (std::memcmp(one.data(), &all[t * V], V * sizeof(float)) != 0)
+      return "decode differs from prefill at position " + std::to_string(t);
+  }
+  int pos = 0;
+  for (int len : {7, 1, 5, 11, 6}) {
+    std::vector<int32_t> part(tokens.begin() + pos, tokens.begin() + pos + len);
+    auto got = run.forward({&chunked}, {part}, {pos}, true);
+    if (std::memcmp(got.data(), &all[pos * V], len * V * sizeof(float)) != 0)
+      return "chunked prefill differs at the chunk at " + std::to_string(pos);
+    pos += len;
+  }
+  if (pos != T) return "the chunks cover " + std::to_string(pos) + " of " + std::to_string(T);
+  auto a = run.read_state(whole, T), b = run.read_state(stepwise, T),
+       c = run.read_state(chunked, T);
+  if (a != b) return "the state after decode differs from the state after prefill";
+  if (a != c) return "the state after chunked prefill differs from the state after prefill";
+  for (SequenceState* s : {&whole, &stepwise, &chunked}) run.alloc.release(*s);
+  return "";
+}
+
 std::string batch_invariance_failure(Runner& run, std::mt19937& rng, int batch, bool mixed,
                                      int max_history, int every) {
   const int V = static_cast<int>(run.backend.config().vocab_size);

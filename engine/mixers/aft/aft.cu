@@ -168,8 +168,9 @@ class CudaAft : public CudaPart {
     const int rows = st.rows, d = d_;
     float *qkv = st.s.proj, *mixed = st.s.mixed;
     const bool decode = rows == st.batch.n_seq;  // one row per sequence
+    // The fused kernel reads float weights only: int8/int4 take the GEMM (same bits either way).
     if (kind_ == MixerKind::kAftSimple && decode && rows <= kFusedRows && qkv_.small_batch_gemv &&
-        !qkv_.tensor_cores) {
+        !qkv_.tensor_cores && !qkv_.quantized()) {
       fused_decode(st);
       gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
       return;
@@ -210,7 +211,10 @@ class CudaAft : public CudaPart {
             a, static_cast<const __nv_bfloat16*>(qkv_.w), qkv_.bias, st.rows, d_, st.batch, st.pages,
             st.s.mixed);
         break;
-      case CudaWeightType::kAuto: throw std::logic_error("unresolved weight type");
+      case CudaWeightType::kAuto:
+      case CudaWeightType::kInt8:
+      case CudaWeightType::kInt4:
+        throw std::logic_error("the fused AFT decode needs float weights");
     }
     CUDA_CHECK_LAUNCH();
   }
