@@ -128,27 +128,30 @@ __attribute__((target("avx2,fma,f16c"))) void panel_avx2(const float* x, int64_t
 // of them — the one-panel form spent as many loads as FMAs and ran at ~57% of the FMA peak.
 // The fma sequence per output is panel_avx2's and panel_scalar's, so results do not depend on
 // the CPU's vector width.
+// Every lane: the zero-masked intrinsics below stand for the unmasked ones, which GCC 12 warns
+// about (their _mm512_undefined_* is "maybe uninitialised"); with all lanes kept they compile to
+// the same instructions.
+constexpr __mmask16 kAllLanes = 0xFFFF;
 __attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const float* p, int64_t k) {
   return _mm512_loadu_ps(p + k * P);
 }
 __attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const uint16_t* p, int64_t k) {
-  // The zero-masked form: GCC 12 warns that the unmasked one's _mm512_undefined_ps is
-  // uninitialised.
-  return _mm512_maskz_cvtph_ps(0xFFFF,
+  return _mm512_maskz_cvtph_ps(kAllLanes,
                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + k * P)));
 }
 __attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const int8_t* p, int64_t k) {
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * P))));
+  return _mm512_maskz_cvtepi32_ps(
+      kAllLanes, _mm512_maskz_cvtepi8_epi32(
+                     kAllLanes, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * P))));
 }
 __attribute__((target("avx512f,fma,f16c"))) inline __m512 load16(const Int4Panel& p, int64_t k) {
-  const __m512i bytes =
-      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + (k >> 1) * P)));
-  const __m512i nibbles =
-      _mm512_and_si512(_mm512_srl_epi32(bytes, _mm_cvtsi32_si128(static_cast<int>(k & 1) * 4)),
-                       _mm512_set1_epi32(15));
+  const __m512i bytes = _mm512_maskz_cvtepu8_epi32(
+      kAllLanes, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + (k >> 1) * P)));
+  const __m512i nibbles = _mm512_and_si512(
+      _mm512_maskz_srl_epi32(kAllLanes, bytes, _mm_cvtsi32_si128(static_cast<int>(k & 1) * 4)),
+      _mm512_set1_epi32(15));
   const __m512 scale = _mm512_loadu_ps(p.scale + (k / G4) * P);
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(nibbles), scale,
+  return _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAllLanes, nibbles), scale,
                          _mm512_mul_ps(scale, _mm512_set1_ps(-8.0f)));
 }
 
@@ -314,15 +317,16 @@ __attribute__((target("avx512f,fma,f16c"))) void gemv_avx512(const float* x, con
         prefetch_panels(p, (k >> 1) * P + kGemvPrefetchBytes);
       }
       const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
-#define MIXSERVE_PANEL(i)                                                              \
-  {                                                                                    \
-    const __m512i bytes = _mm512_cvtepu8_epi32(                                        \
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i].q + (k >> 1) * P)));     \
-    const __m512 w0 =                                                                  \
-        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(bytes, low)), s##i, o##i); \
-    const __m512 w1 =                                                                  \
-        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4)), s##i, o##i);  \
-    a##i = _mm512_fmadd_ps(x1, w1, _mm512_fmadd_ps(x0, w0, a##i));                     \
+#define MIXSERVE_PANEL(i)                                                                        \
+  {                                                                                              \
+    const __m512i bytes = _mm512_maskz_cvtepu8_epi32(                                            \
+        kAllLanes, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[i].q + (k >> 1) * P)));    \
+    const __m512 w0 = _mm512_fmadd_ps(                                                           \
+        _mm512_maskz_cvtepi32_ps(kAllLanes, _mm512_and_si512(bytes, low)), s##i, o##i);          \
+    const __m512 w1 = _mm512_fmadd_ps(                                                           \
+        _mm512_maskz_cvtepi32_ps(kAllLanes, _mm512_maskz_srli_epi32(kAllLanes, bytes, 4)), s##i, \
+        o##i);                                                                                   \
+    a##i = _mm512_fmadd_ps(x1, w1, _mm512_fmadd_ps(x0, w0, a##i));                               \
   }
       MIXSERVE_PANEL(0) MIXSERVE_PANEL(1) MIXSERVE_PANEL(2) MIXSERVE_PANEL(3)
 #undef MIXSERVE_PANEL

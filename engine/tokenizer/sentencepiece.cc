@@ -374,7 +374,7 @@ class SentencePiece : public Tokenizer {
         text = std::string(1, static_cast<char>(byte_value_[id]));
       } else if (p_.type[id] != kSpControl && p_.type[id] != kSpUnknown) {
         for (size_t at; (at = text.find(kSpSpace)) != std::string::npos;)
-          text.replace(at, kSpSpace.size(), " ");
+          text.replace(at, kSpSpace.size(), 1, ' ');
       }
       token_texts_[id] = std::move(text);
     }

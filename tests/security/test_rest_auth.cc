@@ -100,7 +100,9 @@ TEST_F(RestAuth, PathTricksNeitherBypassNorReachCompletions) {
         long_path}) {
     const int denied = post(p, {});
     EXPECT_TRUE(denied == 401 || denied == 404) << p << " without a key: " << denied;
-    if (p.rfind("/static/", 0) != 0) EXPECT_EQ(denied, 401) << p;
+    if (p.rfind("/static/", 0) != 0) {
+      EXPECT_EQ(denied, 401) << p;
+    }
     const int keyed = post(p, {"-H", "Authorization: Bearer k3y-alpha"});
     EXPECT_NE(keyed, 200) << p << " reached a route it does not name";
   }

@@ -118,9 +118,10 @@ TEST_F(RealTokenizers, PromptTokensAreTheOraclesOverRestAndGrpc) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string prompt = prompts[i];
     const std::vector<int32_t> ids = (*expected_)["ids"][i];
-    if (prompt.find("<|endoftext|>") == std::string::npos)
+    if (prompt.find("<|endoftext|>") == std::string::npos) {
       EXPECT_EQ(ids, (*expected_)["gpt3_ids"][i].get<std::vector<int32_t>>())
           << "the two oracles differ: " << prompt;
+    }
     for (const char* model : {"gpt2", "gpt2-json"}) {
       json res = complete(model, prompt, 1);
       EXPECT_EQ(res["usage"]["prompt_tokens"], ids.size()) << model << ": " << prompt;
@@ -191,7 +192,9 @@ TEST_F(RealTokenizers, LogprobsShowEachTokensTextOrItsBytes) {
     joined += s;
   }
   // Without byte tokens the tokens' texts add up to the text, as in OpenAI's API.
-  if (!any_bytes) EXPECT_EQ(joined, res["choices"][0]["text"]);
+  if (!any_bytes) {
+    EXPECT_EQ(joined, res["choices"][0]["text"]);
+  }
 }
 
 }  // namespace

@@ -89,7 +89,10 @@ std::string excerpt(const std::string& s) {
 
 std::string show(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size() && i < 24; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size() && i < 24; ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
   return s + (ids.size() > 24 ? " …" : "");
 }
 

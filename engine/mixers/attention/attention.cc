@@ -84,8 +84,10 @@ inline const float* row_floats(const uint16_t* row, int64_t n, float* buffer) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(
-        buffer + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i))));
+    // The zero-masked form, all lanes kept: GCC 12 warns of the unmasked one's undefined vector.
+    _mm512_storeu_ps(buffer + i,
+                     _mm512_maskz_cvtph_ps(
+                         0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i))));
 #elif defined(__F16C__)
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(buffer + i,

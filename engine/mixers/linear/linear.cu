@@ -151,7 +151,14 @@ class CudaLinear : public CudaPart {
     const float* omega = nullptr;
     if (layer.kind == MixerKind::kPerformer) omega = dw.f32(w.get(p + "features"), size_t(m) * h);
     const bool linear = layer.kind == MixerKind::kLinear;
-    p_ = {d, n, h, m, z_offset, layer.eps, omega};
+    p_ = LinearParams{};
+    p_.d = d;
+    p_.n = n;
+    p_.h = h;
+    p_.m = m;
+    p_.z_offset = z_offset;
+    p_.eps = layer.eps;
+    p_.omega = omega;
     p_.map = linear ? layer.feature_map : FeatureMap::kElu;
     p_.q_scale = linear && layer.q_scale ? 1.0f / std::sqrt(static_cast<float>(m)) : 1.0f;
     p_.normalize = !linear || layer.normalize;
