@@ -1,6 +1,9 @@
 // Oniguruma, the regex engine of Hugging Face's tokenizers (the onig crate): Ruby syntax, UTF-8.
 // Using the same engine gives the same semantics for \s, \p{L}, (?i:...), look-ahead and the
 // order of alternatives. Also the Pattern/split machinery of tokenizers' NormalizedString.
+// Without the escape, oniguruma.h defines a macro UChar, which breaks ICU's UChar typedef when a
+// unity build puts this file and an ICU user in one translation unit (CI's sanitizer builds).
+#define ONIG_ESCAPE_UCHAR_COLLISION
 #include <oniguruma.h>
 
 #include <mutex>
