@@ -24,6 +24,13 @@ struct QuantizedMatrix {
   std::vector<float> scales;
 };
 
+// Two int4 values a byte, as both backends store them: k even in the low nibble, odd in the high,
+// each as q + 8. Sets k's nibble of `byte` to q.
+inline void set_int4(uint8_t& byte, int64_t k, int q) {
+  const int shift = static_cast<int>(k & 1) * 4;
+  byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((q + 8) << shift));
+}
+
 // Symmetric, one scale per output: scale = max|w| / 127, q = round(w / scale) (ties to even).
 QuantizedMatrix quantize_int8(const float* w, int64_t n, int64_t k);
 // llama.cpp's Q4_0 rule per output and group of 32 inputs: scale = m / −8 with m the group's value

@@ -165,11 +165,7 @@ inline std::vector<uint8_t> pack_int4_rows(const QuantizedMatrix& m) {
   const int64_t row_bytes = int4_row_bytes(static_cast<int>(m.k));
   std::vector<uint8_t> packed(m.n * row_bytes, 0x88);
   for (int64_t n = 0; n < m.n; ++n)
-    for (int64_t k = 0; k < m.k; ++k) {
-      uint8_t& byte = packed[n * row_bytes + k / 2];
-      const int shift = static_cast<int>(k & 1) * 4;
-      byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((m.q[n * m.k + k] + 8) << shift));
-    }
+    for (int64_t k = 0; k < m.k; ++k) set_int4(packed[n * row_bytes + k / 2], k, m.q[n * m.k + k]);
   return packed;
 }
 

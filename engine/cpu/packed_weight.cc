@@ -53,11 +53,8 @@ PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int
       for (int64_t n = 0; n < n_out; ++n) {
         for (int64_t g = 0; g < groups; ++g)
           scales_[(n / P) * groups * P + g * P + n % P] = m.scales[n * groups + g];
-        for (int64_t kk = 0; kk < k; ++kk) {
-          uint8_t& byte = panels4_[(n / P) * half_k * P + (kk >> 1) * P + n % P];
-          const int shift = (kk & 1) * 4;
-          byte = static_cast<uint8_t>((byte & ~(15 << shift)) | ((m.q[n * k + kk] + 8) << shift));
-        }
+        for (int64_t kk = 0; kk < k; ++kk)
+          set_int4(panels4_[(n / P) * half_k * P + (kk >> 1) * P + n % P], kk, m.q[n * k + kk]);
       }
       break;
     }

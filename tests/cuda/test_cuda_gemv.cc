@@ -5,11 +5,11 @@
 // a sequence the bits it gets alone (batch invariance across the switch). Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "kernels/cuda_backend.h"
+#include "tests/cuda/cuda_fixture.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
@@ -25,16 +25,7 @@ std::unique_ptr<CudaBackend> backend(const Fixture& fx, CudaWeightType w, bool g
   return b;
 }
 
-class SmallBatchGemv : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    unsetenv("MIXSERVE_CUDA_GEMV");
-    unsetenv("MIXSERVE_CUDA_TENSOR_CORES");
-    fx_ = load_fixture(GetParam());
-  }
-  Fixture fx_;
-};
+class SmallBatchGemv : public CudaFixtureTest {};
 
 TEST_P(SmallBatchGemv, SameBitsAsTheTiledKernel) {
   const int64_t V = fx_.cfg.vocab_size;

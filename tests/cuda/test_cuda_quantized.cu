@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -18,8 +17,9 @@
 #include "engine/cpu/gemm.h"
 #include "engine/quantize.h"
 #include "kernels/cuda_backend.h"
-#include "kernels/gemm.cuh"
 #include "kernels/sum_order.h"
+#include "tests/cuda/cuda_fixture.h"
+#include "tests/cuda/device_gemm.cuh"
 #include "tests/support/golden.h"
 
 namespace mixserve::cuda {
@@ -66,15 +66,7 @@ void check(const Setting& s, const std::vector<int>& Ms, int N, int K, int strid
   const PackedWeight cpu(w.data(), bias.data(), N, K,
                          int8 ? WeightFormat::kInt8 : WeightFormat::kInt4);
   for (int M : Ms) {
-    GemmIn in;
-    in.x = dx.get();
-    in.ldx = K;
-    GemmOut out;
-    out.y = dy.get();
-    out.ldy = N;
-    gemm(nullptr, in, m, M, out);
-    std::vector<float> y(static_cast<size_t>(M) * N);
-    CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const std::vector<float> y = device_gemm(m, dx.get(), dy.get(), M);
     for (int n = 0; n < N; n += stride)
       for (int r = 0; r < M; ++r) {
         const float* a = &x[static_cast<size_t>(r) * K];
@@ -143,17 +135,7 @@ std::unique_ptr<CudaBackend> quantized_backend(const Fixture& fx, CudaWeightType
   return std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
 }
 
-class QuantizedCuda : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    unsetenv("MIXSERVE_CUDA_GEMV");
-    unsetenv("MIXSERVE_CUDA_TENSOR_CORES");
-    unsetenv("MIXSERVE_CUDA_ORDERED");
-    fx_ = load_fixture(GetParam());
-  }
-  Fixture fx_;
-};
+class QuantizedCuda : public CudaFixtureTest {};
 
 // Token-by-token decode (graph replays), one prefill and uneven chunks give the same bits; a
 // sequence's logits are the same alone or among 7 or 64 others (decode and mixed batches); the

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kernels/cuda_backend.h"
-#include "kernels/gemm.cuh"
 #include "kernels/sum_order.h"
+#include "tests/cuda/device_gemm.cuh"
 
 namespace mixserve::cuda {
 namespace {
@@ -36,15 +36,7 @@ void check(CudaWeightType type, int M, int N, int K, uint32_t seed) {
   ASSERT_TRUE(m.ordered_sums);
   DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(M) * N);
   CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-  GemmIn in;
-  in.x = dx.get();
-  in.ldx = K;
-  GemmOut out;
-  out.y = dy.get();
-  out.ldy = N;
-  gemm(nullptr, in, m, M, out);
-  std::vector<float> y(static_cast<size_t>(M) * N);
-  CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const std::vector<float> y = device_gemm(m, dx.get(), dy.get(), M);
   std::vector<float> wn(K);
   for (int n = 0; n < N; ++n) {
     for (int k = 0; k < K; ++k) wn[k] = widened(w[static_cast<size_t>(n) * K + k], type);

@@ -7,11 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "kernels/cuda_backend.h"
+#include "tests/cuda/cuda_fixture.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
@@ -27,15 +27,7 @@ std::unique_ptr<CudaBackend> backend(const Fixture& fx, CudaWeightType w, bool t
   return b;
 }
 
-class TensorCores : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    unsetenv("MIXSERVE_CUDA_TENSOR_CORES");
-    fx_ = load_fixture(GetParam());
-  }
-  Fixture fx_;
-};
+class TensorCores : public CudaFixtureTest {};
 
 TEST_P(TensorCores, WithinToleranceOfReferenceAndCudaCores) {
   for (CudaWeightType wt : {CudaWeightType::kF16, CudaWeightType::kBF16}) {

@@ -270,7 +270,9 @@ TEST(SumOrder, Int4DeviceLayoutRoundTrips) {
         ASSERT_GE(m.q[n * K + k], -8);
         ASSERT_LE(m.q[n * K + k], 7);
       }
-      if (K % 2) EXPECT_EQ(int4_q(row, K), 0) << "padding nibble";
+      if (K % 2) {
+        EXPECT_EQ(int4_q(row, K), 0) << "padding nibble";
+      }
       for (int g = 0; g < int4_groups(K); ++g) {  // the group's largest magnitude maps to −8
         const int k0 = g * static_cast<int>(kInt4Group), k1 = std::min(K, k0 + 32);
         int largest = k0;

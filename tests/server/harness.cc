@@ -143,8 +143,9 @@ HttpResult curl(const std::string& url, const std::vector<std::string>& args,
     std::ofstream(dir + "/request") << body;
     cmd += " -H 'Content-Type: application/json' --data-binary @" + dir + "/request";
   }
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " " + quote(url) + " 2>/dev/null";
+  for (const auto& a : args) (cmd += ' ') += quote(a);
+  (cmd += ' ') += quote(url);
+  cmd += " 2>/dev/null";
   HttpResult r;
   const std::string code = run(cmd);
   r.status = code.empty() ? 0 : std::atoi(code.c_str());

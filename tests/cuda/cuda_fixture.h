@@ -1,0 +1,28 @@
+// A golden fixture's test on the CUDA backend that compares kernel settings it chooses itself:
+// skipped without a GPU, and with the environment's kernel switches cleared, since they override
+// CudaBackendOptions (scripts/gpu-check sets them for the suites that should follow them).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda_backend.h"
+#include "tests/support/golden.h"
+
+namespace mixserve::testing {
+
+class CudaFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    for (const char* name :
+         {"MIXSERVE_CUDA_GEMV", "MIXSERVE_CUDA_TENSOR_CORES", "MIXSERVE_CUDA_ORDERED"})
+      unsetenv(name);
+    fx_ = load_fixture(GetParam());
+  }
+  Fixture fx_;
+};
+
+}  // namespace mixserve::testing
