@@ -4,7 +4,7 @@
 against batch size per mixer.
   python3 bench/cuda_plot.py MIXSERVE.json PEER.json OUT_PREFIX   (writes OUT_PREFIX.json/.png)
 """
-import argparse, json, sys
+import argparse, json, subprocess, sys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("ours")
@@ -12,10 +12,14 @@ ap.add_argument("peer")
 ap.add_argument("prefix")
 ap.add_argument("--sampling", help="the bench with --device-sampling (host vs device sampled steps)")
 ap.add_argument("--tc", help="the same bench with MIXSERVE_CUDA_TENSOR_CORES=1")
-ap.add_argument("--gemv", help="the same bench with MIXSERVE_CUDA_GEMV=1 (batches 1 and 8)")
+ap.add_argument("--commit", default=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                                   text=True).stdout.strip(),
+                help="the commit the binaries were built from (default: this checkout's HEAD)")
+ap.add_argument("--tiled", help="the same bench with MIXSERVE_CUDA_GEMV=0 (batches 1 and 8): the tiled "
+                "kernel at every M, against the default small-batch GEMM")
 ap.add_argument("--large", help="the large config (d=1024, m=24, c=4096)")
 ap.add_argument("--large-tc", help="the large config with tensor cores")
-ap.add_argument("--large-gemv", help="the large config with MIXSERVE_CUDA_GEMV=1")
+ap.add_argument("--large-tiled", help="the large config with MIXSERVE_CUDA_GEMV=0")
 ap.add_argument("--context", help="--context-sweep output (per-token cost vs position)")
 args = ap.parse_args()
 ours_path, peer_path, prefix = args.ours, args.peer, args.prefix
@@ -30,8 +34,8 @@ def load_optional(path):
         return None
 
 
-sampling, tc, gemv, large, large_tc, large_gemv, context = (
-    load_optional(p) for p in (args.sampling, args.tc, args.gemv, args.large, args.large_tc, args.large_gemv,
+sampling, tc, tiled, large, large_tc, large_tiled, context = (
+    load_optional(p) for p in (args.sampling, args.tc, args.tiled, args.large, args.large_tc, args.large_tiled,
                                args.context))
 try:
     peer = json.load(open(peer_path))
@@ -54,9 +58,9 @@ for r in ours["results"]:
                      dev_us=dev, dev_tok_s=r["batch"] / dev * 1e6, peer_us=p,
                      speedup=(p / r["us_per_step_median"]) if p else None,
                      dev_speedup=(p / dev) if p else None))
-merged = dict(device=ours.get("device"), date=ours.get("date"), config=ours.get("config"),
+merged = dict(device=ours.get("device"), date=ours.get("date"), commit=args.commit, config=ours.get("config"),
               weights=ours.get("weights"), mixserve=ours["results"], peer=peer, table=rows,
-              device_sampling=sampling, tensor_cores=tc, small_batch_gemv=gemv, large=large, large_tensor_cores=large_tc, large_small_batch_gemv=large_gemv, context=context)
+              device_sampling=sampling, tensor_cores=tc, tiled=tiled, large=large, large_tensor_cores=large_tc, large_tiled=large_tiled, context=context)
 json.dump(merged, open(prefix + ".json", "w"), indent=1)
 
 # us/step: forward() end to end with the logits copied to the host; dev us: the GPU's share.
@@ -72,11 +76,12 @@ def key(r):
 
 
 # Sampling: whole steps with a token per sequence (temperature 1, top-p 0.9), host vs device.
-print()
-print("sampling  (a whole step with a token per sequence: host = all logits copied + engine/sampler, "
-      "device = forward_and_sample with the device sampler)")
-print(f"{'mixer':<11}{'batch':>6}{'logits us':>10}{'host us':>9}{'device us':>10}{'device/host':>12}")
-for r in (sampling or ours)["results"]:
+if sampling:
+    print()
+    print("sampling  (a whole step with a token per sequence: host = all logits copied + engine/sampler, "
+          "device = forward_and_sample with the device sampler)")
+    print(f"{'mixer':<11}{'batch':>6}{'logits us':>10}{'host us':>9}{'device us':>10}{'device/host':>12}")
+for r in (sampling or {"results": []})["results"]:
     h, d = r.get("sample_host_us_per_step_median"), r.get("sample_device_us_per_step_median")
     if h and d:
         print(f"{r['mixer']:<11}{r['batch']:>6}{r['us_per_step_median']:>10.1f}{h:>9.1f}{d:>10.1f}{d / h:>12.2f}")
@@ -100,12 +105,17 @@ def compare(title, base, other, name="tc"):
 
 
 compare("tensor cores  (MIXSERVE_CUDA_TENSOR_CORES=1 vs the CUDA-core GEMM, paper config, f16)", ours, tc)
-compare("small-batch GEMM  (MIXSERVE_CUDA_GEMV=1 vs the tiled kernel, paper config, f16)", ours, gemv, "gemv")
+compare("small-batch GEMM  (the default, gemv.cu at M <= 8, vs MIXSERVE_CUDA_GEMV=0: the tiled kernel; "
+        "paper config, f16)", tiled, ours, "gemv")
 if large:
     cfg = large.get("config", {})
-    compare(f"large config d={cfg.get('d')} m={cfg.get('m')} c={cfg.get('c')}, tensor cores "
-            "(GB/s: weight bytes / device time)", large, large_tc or large)
-    compare("large config, small-batch GEMM", large, large_gemv, "gemv")
+    print()
+    print(f"large config d={cfg.get('d')} m={cfg.get('m')} c={cfg.get('c')} (GB/s: weight bytes / device time)")
+    print(f"{'mixer':<11}{'batch':>6}{'dev us':>10}{'GB/s':>8}")
+    for r in large["results"]:
+        print(f"{r['mixer']:<11}{r['batch']:>6}{r['device_us_per_step_median']:>10.1f}{r.get('weight_GBps', 0):>8.0f}")
+    compare("large config, tensor cores", large, large_tc)
+    compare("large config, small-batch GEMM (vs the tiled kernel)", large_tiled, large, "gemv")
 if context:
     print()
     print("context sweep  (batch-1 device us at positions)")

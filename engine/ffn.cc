@@ -9,6 +9,7 @@
 #include "engine/cpu/vec_math.h"
 #include "engine/layer_part.h"
 #include "engine/mixers/registry.h"
+#include "engine/quantize.h"
 
 namespace mixserve {
 
@@ -51,18 +52,24 @@ class CpuMlp : public CpuLayerPart {
   CpuMlp(const ModelConfig& cfg, const WeightSource& w, const std::string& p)
       : d_(cfg.d_model),
         c_(cfg.ffn_dim),
-        // a whole number of fc1's panels in the first part, so each part is a run of panels
-        split_(c_ / 2 / PackedWeight::kPanel * PackedWeight::kPanel),
+        // a whole number of fc1's panels in the first part, so each part is a run of panels, and
+        // of int4's groups, so each part's groups are the whole fc2 row's (32 = both)
+        split_(c_ / 2 / kSplitUnit * kSplitUnit),
         act_(cfg.activation),
         fc1_(load_linear(w, p + "fc1", c_, d_, cfg.bias)) {
     const float* w2 = w.get(p + "fc2.weight");  // [d, c]
     if (cfg.bias) bias2_.assign(w.get(p + "fc2.bias"), w.get(p + "fc2.bias") + d_);
+    // int8's scale is one per output over all of fc2's inputs (engine/quantize.h, as the CUDA
+    // backend stores it): each part keeps the whole rows' scales, not its half's own.
+    std::vector<float> scales;
+    if (w.linear_format() == WeightFormat::kInt8) scales = quantize_int8(w2, d_, c_).scales;
     for (int g = 0; g < parts(); ++g) {
       const int64_t lo = part_begin(g), width = part_begin(g + 1) - lo;
       std::vector<float> columns(d_ * width);  // W₂'s columns of this part, as [d, width]
       for (int64_t o = 0; o < d_; ++o)
         std::copy(w2 + o * c_ + lo, w2 + o * c_ + lo + width, columns.begin() + o * width);
-      fc2_[g] = PackedWeight(columns.data(), nullptr, d_, width, w.linear_format());
+      fc2_[g] = PackedWeight(columns.data(), nullptr, d_, width, w.linear_format(),
+                             scales.empty() ? nullptr : scales.data());
     }
   }
 
@@ -115,6 +122,8 @@ class CpuMlp : public CpuLayerPart {
   }
 
  private:
+  static constexpr int64_t kSplitUnit = 32;
+  static_assert(kSplitUnit % PackedWeight::kPanel == 0 && kSplitUnit % kInt4Group == 0);
   int parts() const { return split_ > 0 ? 2 : 1; }
   int64_t part_begin(int g) const { return g == 0 ? 0 : g == parts() ? c_ : split_; }
 

@@ -5,13 +5,13 @@
 
 namespace mixserve {
 
-QuantizedMatrix quantize_int8(const float* w, int64_t n, int64_t k) {
+QuantizedMatrix quantize_int8(const float* w, int64_t n, int64_t k, const float* scales) {
   QuantizedMatrix m{n, k, std::vector<int8_t>(n * k), std::vector<float>(n)};
   for (int64_t i = 0; i < n; ++i) {
     const float* row = w + i * k;
     float amax = 0.0f;
     for (int64_t kk = 0; kk < k; ++kk) amax = std::max(amax, std::fabs(row[kk]));
-    const float scale = amax / 127.0f, inv = scale > 0 ? 1.0f / scale : 0.0f;
+    const float scale = scales ? scales[i] : amax / 127.0f, inv = scale > 0 ? 1.0f / scale : 0.0f;
     m.scales[i] = scale;
     for (int64_t kk = 0; kk < k; ++kk)
       m.q[i * k + kk] =

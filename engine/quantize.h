@@ -32,7 +32,9 @@ inline void set_int4(uint8_t& byte, int64_t k, int q) {
 }
 
 // Symmetric, one scale per output: scale = max|w| / 127, q = round(w / scale) (ties to even).
-QuantizedMatrix quantize_int8(const float* w, int64_t n, int64_t k);
+// With `scales` given (one per output), those instead: a matrix cut into column parts quantizes
+// each with its whole rows' scales, so the parts hold the whole matrix's values.
+QuantizedMatrix quantize_int8(const float* w, int64_t n, int64_t k, const float* scales = nullptr);
 // llama.cpp's Q4_0 rule per output and group of 32 inputs: scale = m / −8 with m the group's value
 // of largest magnitude (the first one on a tie), q = round(w / scale) clamped to −8…7 (m itself
 // maps to −8).

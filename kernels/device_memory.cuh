@@ -87,7 +87,6 @@ struct DevMatrix {
   // predicts bit for bit (the backend turns tensor_cores and small_batch_gemv off with it).
   bool ordered_sums = false;
   bool empty() const { return n == 0; }
-  bool quantized() const { return type == CudaWeightType::kInt8 || type == CudaWeightType::kInt4; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).
   const float* output_scales() const { return type == CudaWeightType::kInt8 ? scales : nullptr; }
   // The per-group scales int4 weights are loaded with (null for every other type).

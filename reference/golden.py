@@ -23,6 +23,7 @@ from mixserve_ref.config import ModelConfig  # noqa: E402
 from mixserve_ref.mixers import MIXERS  # noqa: E402
 from mixserve_ref.model import Model  # noqa: E402
 from mixserve_ref.testing import randomize  # noqa: E402
+from half_precision import errors as half_precision_errors  # noqa: E402
 
 PROMPT_LEN, N_DECODE = 20, 10  # 30 positions: past every window below (W = 8, s = 6)
 TOLERANCE = 1e-4
@@ -111,6 +112,7 @@ def make_case(name, spec, seed, out_dir):
     meta = {"name": name, "seed": seed, "prompt_len": PROMPT_LEN, "n_decode": N_DECODE,
             "tolerance": TOLERANCE, "mixers": [l["mixer"] for l in cfg.layers],
             "cost_positions": positions, "cost": cost_numbers(cfg, positions)}
+    meta["half_precision_error"] = half_precision_errors(path)
     with open(os.path.join(path, "fixture.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")

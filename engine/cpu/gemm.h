@@ -33,8 +33,10 @@ class PackedWeight {
   static constexpr int64_t kPanel = 16;
   static constexpr int64_t kInt4Group = mixserve::kInt4Group;  // inputs per int4 scale
   PackedWeight() = default;
+  // int8_scales: int8's per-output scales to use (engine/quantize.h's quantize_int8), when W is
+  // a column part of a larger matrix whose values it must hold; null: W's own.
   PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k,
-               WeightFormat format = WeightFormat::kAuto);
+               WeightFormat format = WeightFormat::kAuto, const float* int8_scales = nullptr);
   int64_t n_out() const { return n_out_; }
   int64_t k() const { return k_; }
   bool empty() const { return n_out_ == 0; }

@@ -10,7 +10,7 @@
 namespace mixserve {
 
 PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int64_t k,
-                           WeightFormat format)
+                           WeightFormat format, const float* int8_scales)
     : n_out_(n_out), k_(k) {
   constexpr int64_t P = kPanel;
   const int64_t panels = (n_out + P - 1) / P;
@@ -36,7 +36,7 @@ PackedWeight::PackedWeight(const float* w, const float* bias, int64_t n_out, int
       break;
     case WeightFormat::kInt8: {
       // engine/quantize.h's values and scales (the CUDA backend's too), laid out in panels.
-      const QuantizedMatrix m = quantize_int8(w, n_out, k);
+      const QuantizedMatrix m = quantize_int8(w, n_out, k, int8_scales);
       panels8_.assign(panels * k * P, 0);
       scales_.assign(panels * P, 0.0f);
       std::copy(m.scales.begin(), m.scales.end(), scales_.begin());

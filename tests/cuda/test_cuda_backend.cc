@@ -96,10 +96,16 @@ TEST_P(GoldenCuda, Float32MatchesReferenceAndCpu) {
 }
 
 // float16 and bfloat16 weights (float32 math): within 2e-2 of the reference, relative to the
-// largest logit.
+// largest logit, or 1.25x what rounding the weights alone does to the reference's logits where
+// that is more (fixture.json's half_precision_error: bf16 moves retnet_fla's 3.3%).
 TEST_P(GoldenCuda, HalfWeightsWithinTwoPercent) {
   for (CudaWeightType wt : {CudaWeightType::kF16, CudaWeightType::kBF16}) {
     auto gpu = gpu_backend(fx_, wt);
+    // With tensor cores on (gpu-check's options stage sets MIXSERVE_CUDA_TENSOR_CORES=1 for this
+    // test) the projections' inputs are rounded too: the bound follows what that does.
+    const std::string rounded = std::string(wt == CudaWeightType::kF16 ? "f16" : "bf16") +
+                                (gpu->tensor_cores() ? "_operands" : "_weights");
+    const double tol = fx_.half_precision_bound(rounded, 2e-2);
     Runner g(*gpu);
     const int64_t V = fx_.cfg.vocab_size;
     const int P = fx_.prompt_len;
@@ -108,12 +114,12 @@ TEST_P(GoldenCuda, HalfWeightsWithinTwoPercent) {
     auto logits = g.forward({&s}, {prompt}, {0}, true);
     const auto& want = fx_.expected.at("prefill_logits");
     for (int t = 0; t < P; ++t)
-      EXPECT_LE(rel_diff(&logits[t * V], &want[t * V], &want[t * V], V), 2e-2)
+      EXPECT_LE(rel_diff(&logits[t * V], &want[t * V], &want[t * V], V), tol)
           << (wt == CudaWeightType::kF16 ? "f16" : "bf16") << " prefill position " << t;
     const auto& want_decode = fx_.expected.at("decode_logits");
     for (int i = 0; i < fx_.n_decode; ++i) {
       auto step = g.forward({&s}, {{fx_.tokens[P + i]}}, {P + i}, false);
-      EXPECT_LE(rel_diff(step.data(), &want_decode[i * V], &want_decode[i * V], V), 2e-2)
+      EXPECT_LE(rel_diff(step.data(), &want_decode[i * V], &want_decode[i * V], V), tol)
           << (wt == CudaWeightType::kF16 ? "f16" : "bf16") << " decode step " << i;
     }
   }

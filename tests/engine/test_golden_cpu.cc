@@ -87,6 +87,19 @@ TEST_P(GoldenCpu, DecodeEqualsPrefillBitwise) {
   EXPECT_EQ(decode_prefill_difference(run, fx_.tokens, fx_.cfg.vocab_size), "");
 }
 
+// The CUDA tests bound their float16/bfloat16 results by what that rounding does to the
+// reference (reference/half_precision.py): every fixture carries the four figures, each a real
+// error (rounding moves every model's logits) below the largest any fixture showed (5.3%).
+TEST_P(GoldenCpu, FixtureCarriesItsHalfPrecisionErrors) {
+  for (const char* key : {"f16_weights", "bf16_weights", "f16_operands", "bf16_operands"}) {
+    ASSERT_EQ(fx_.half_precision_error.count(key), 1u) << key;
+    EXPECT_GT(fx_.half_precision_error.at(key), 0.0) << key;
+    EXPECT_LT(fx_.half_precision_error.at(key), 0.06) << key;
+  }
+  EXPECT_LT(fx_.half_precision_error.at("f16_weights"),
+            fx_.half_precision_error.at("bf16_weights"));
+}
+
 // Attention's decode loop is compiled for common head sizes (4 … 128) beside a path for any size;
 // both sum in the same order, so they give the same bits (the fixtures' heads are 8 and 16 wide).
 TEST(GoldenCpuAttention, HeadSizePathsGiveTheSameBits) {

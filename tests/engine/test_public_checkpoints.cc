@@ -39,11 +39,11 @@ const std::string kFixtures = std::string(MIXSERVE_SOURCE_DIR) + "/tests/golden_
 constexpr double kRecurrentTolerance = 2e-6;
 constexpr double kParallelTolerance = 3e-5;
 
-struct Model {
+struct CheckpointModel {
   LoadedModel loaded;
   std::unique_ptr<CpuBackend> backend;
   std::unique_ptr<Runner> run;
-  explicit Model(const std::string& dir, void (*tweak)(ModelConfig&) = nullptr)
+  explicit CheckpointModel(const std::string& dir, void (*tweak)(ModelConfig&) = nullptr)
       : loaded(load_model_dir(dir)) {
     if (tweak) tweak(loaded.config);
     CpuBackendOptions o;
@@ -100,7 +100,7 @@ class PublicCheckpoints : public ::testing::TestWithParam<PublicCheckpoint> {};
 
 TEST_P(PublicCheckpoints, LogitsAndGreedyTokensAreThePublicCodes) {
   const PublicModelExpected x = load_public_model_expected(GetParam().fixture);
-  Model m(x.model_dir);
+  CheckpointModel m(x.model_dir);
   EXPECT_EQ(m.loaded.format, GetParam().format);
   const double scale = scale_of(x.recurrent);
   ASSERT_GT(scale, 1e-3) << "degenerate logits check nothing";
@@ -159,7 +159,7 @@ TEST_P(TorchscaleImport, EachConventionIsNeeded) {
   const char* names[] = {"rotate-half RoPE", "layer-norm group norm", "no decay-sum scale",
                          "the other GELU"};
   for (int i = 0; i < 4; ++i) {
-    Model m(x.model_dir, tweaks[i]);
+    CheckpointModel m(x.model_dir, tweaks[i]);
     const std::vector<float> got = m.prefill(x.tokens);
     const double diff = max_abs_diff(got.data(), x.recurrent.data(), got.size()) / scale;
     EXPECT_GT(diff, 5 * kRecurrentTolerance) << names[i];
@@ -199,7 +199,7 @@ TEST(FlaImport, EachConventionIsNeeded) {
   };
   for (const Case& k : cases) {
     const PublicModelExpected x = load_public_model_expected(k.fixture);
-    Model m(x.model_dir, k.tweak);
+    CheckpointModel m(x.model_dir, k.tweak);
     const std::vector<float> got = m.prefill(x.tokens);
     const double diff =
         max_abs_diff(got.data(), x.recurrent.data(), got.size()) / scale_of(x.recurrent);

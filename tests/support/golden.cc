@@ -33,6 +33,14 @@ std::unique_ptr<CpuBackend> fixture_cpu_backend(const Fixture& fx, int threads, 
   return std::make_unique<CpuBackend>(fx.cfg, *fx.weights, o);
 }
 
+double Fixture::half_precision_bound(const std::string& key, double floor) const {
+  const auto it = half_precision_error.find(key);
+  if (it == half_precision_error.end())
+    throw std::runtime_error(name + ": fixture.json has no half_precision_error." + key +
+                             " (run reference/half_precision.py)");
+  return std::max(floor, 1.25 * it->second);
+}
+
 Fixture load_fixture(const std::string& name) {
   Fixture f;
   f.name = name;
@@ -45,6 +53,9 @@ Fixture load_fixture(const std::string& name) {
   f.prompt_len = meta["prompt_len"];
   f.n_decode = meta["n_decode"];
   f.tolerance = meta["tolerance"];
+  if (meta.contains("half_precision_error"))
+    for (const auto& [key, value] : meta["half_precision_error"].items())
+      f.half_precision_error[key] = value.get<double>();
   SafetensorsFile expected(f.dir + "/expected.safetensors");
   for (const TensorView& t : expected.tensors()) {
     f.shapes[t.name] = t.shape;

@@ -35,58 +35,6 @@ __global__ void aft_simple_kernel(DevBatch b, DevPages pages, const float* qkv, 
   *pd = den;
 }
 
-// Decode of ≤ 8 sequences with CudaBackendOptions::small_batch_gemv: the qkv projection and the
-// aft_simple core in one kernel (one launch less per layer). A thread owns channel c of one row:
-// it runs the q, k and v outputs' FMA chains (the GEMM's order, from the same layer-normed rows,
-// then the same bias rounding as gemm_parts::finish), then exactly aft_simple_kernel's update —
-// the same bits as the two kernels, and the state of (sequence, c) still has one writer.
-constexpr int kFusedRows = 8, kFusedChannels = 32, kFusedChunk = 256;
-template <typename WT>
-__global__ void __launch_bounds__(kFusedRows* kFusedChannels)
-    aft_simple_decode_fused_kernel(gemm_parts::PlainLoader a, const WT* __restrict__ W,
-                                   const float* __restrict__ bias, int M, int d, DevBatch b,
-                                   DevPages pages, float* out) {
-  __shared__ float As[kFusedRows][kFusedChunk];
-  __shared__ float stats[2 * kFusedRows];
-  a.bind(stats, kFusedRows);
-  a.prepare(0, kFusedRows, M);
-  const int c = blockIdx.x * kFusedChannels + threadIdx.x % kFusedChannels;
-  const int r = threadIdx.x / kFusedChannels;
-  const bool active = r < M && c < d;
-  const int K = d;
-  float aq = 0.0f, ak = 0.0f, av = 0.0f;
-  for (int c0 = 0; c0 < K; c0 += kFusedChunk) {
-    const int len = min(kFusedChunk, K - c0);
-    for (int e = threadIdx.x; e < M * len; e += blockDim.x)
-      As[e / len][e % len] = a.load(e / len, e / len, c0 + e % len);
-    __syncthreads();
-    if (active) {
-      const WT* wq = W + static_cast<int64_t>(c) * K + c0;
-      const WT* wk = W + static_cast<int64_t>(d + c) * K + c0;
-      const WT* wv = W + static_cast<int64_t>(2 * d + c) * K + c0;
-      for (int k = 0; k < len; ++k) {
-        const float x = As[r][k];
-        aq = __fmaf_rn(x, gemm_parts::widen(wq[k]), aq);
-        ak = __fmaf_rn(x, gemm_parts::widen(wk[k]), ak);
-        av = __fmaf_rn(x, gemm_parts::widen(wv[k]), av);
-      }
-    }
-    __syncthreads();
-  }
-  if (!active) return;
-  const float q = __fadd_rn(aq, bias ? bias[c] : 0.0f),
-              k = __fadd_rn(ak, bias ? bias[d + c] : 0.0f),
-              v = __fadd_rn(av, bias ? bias[2 * d + c] : 0.0f);
-  const int s = b.row_seq[r];
-  float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
-  float mx = *pm, num = *pn, den = *pd;
-  absorb(mx, num, den, k, v);
-  out[static_cast<int64_t>(r) * d + c] = sigmoidf_(q) * num / den;
-  *pm = mx;
-  *pn = num;
-  *pd = den;
-}
-
 // AFT-local: before a token enters slot pos mod s, the token leaving the window (pos − s) is
 // folded into the running sums; the output weighs the in-window lags with pos_bias[pos, lag] and
 // the folded sums with e^0.
@@ -167,14 +115,6 @@ class CudaAft : public CudaPart {
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
     float *qkv = st.s.proj, *mixed = st.s.mixed;
-    const bool decode = rows == st.batch.n_seq;  // one row per sequence
-    // The fused kernel reads float weights only: int8/int4 take the GEMM (same bits either way).
-    if (kind_ == MixerKind::kAftSimple && decode && rows <= kFusedRows && qkv_.small_batch_gemv &&
-        !qkv_.tensor_cores && !qkv_.quantized()) {
-      fused_decode(st);
-      gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
-      return;
-    }
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     const int seq_blocks = ceil_div(int64_t{st.batch.n_seq} * d, 128);
     if (kind_ == MixerKind::kAftSimple) {
@@ -193,32 +133,6 @@ class CudaAft : public CudaPart {
   }
 
  private:
-  void fused_decode(const PartStep& st) {
-    const GemmIn in = normed_rows_of(st.x, d_, st.norm);
-    const gemm_parts::PlainLoader a{in, d_, nullptr, nullptr};
-    const int blocks = ceil_div(d_, kFusedChannels), threads = kFusedRows * kFusedChannels;
-    switch (qkv_.type) {
-      case CudaWeightType::kF32:
-        aft_simple_decode_fused_kernel<float><<<blocks, threads, 0, st.stream>>>(
-            a, static_cast<const float*>(qkv_.w), qkv_.bias, st.rows, d_, st.batch, st.pages, st.s.mixed);
-        break;
-      case CudaWeightType::kF16:
-        aft_simple_decode_fused_kernel<__half><<<blocks, threads, 0, st.stream>>>(
-            a, static_cast<const __half*>(qkv_.w), qkv_.bias, st.rows, d_, st.batch, st.pages, st.s.mixed);
-        break;
-      case CudaWeightType::kBF16:
-        aft_simple_decode_fused_kernel<__nv_bfloat16><<<blocks, threads, 0, st.stream>>>(
-            a, static_cast<const __nv_bfloat16*>(qkv_.w), qkv_.bias, st.rows, d_, st.batch, st.pages,
-            st.s.mixed);
-        break;
-      case CudaWeightType::kAuto:
-      case CudaWeightType::kInt8:
-      case CudaWeightType::kInt4:
-        throw std::logic_error("the fused AFT decode needs float weights");
-    }
-    CUDA_CHECK_LAUNCH();
-  }
-
   MixerKind kind_;
   int d_, window_, l_;
   DevMatrix qkv_, o_;
