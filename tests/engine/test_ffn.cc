@@ -37,7 +37,7 @@ std::vector<double> dequantized(const std::vector<float>& w, int64_t n, int64_t 
   for (int64_t i = 0; i < n; ++i)
     for (int64_t kk = 0; kk < k; ++kk)
       out[i * k + kk] =
-          double{m.q[i * k + kk]} *
+          static_cast<double>(m.q[i * k + kk]) *
           (f == WeightFormat::kInt8 ? m.scales[i] : m.scales[i * int4_groups(k) + kk / kInt4Group]);
   return out;
 }
