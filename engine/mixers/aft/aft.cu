@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
-#include "kernels/gemm_parts.cuh"
 
 namespace mixserve::cuda {
 
