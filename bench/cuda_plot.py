@@ -81,10 +81,10 @@ if sampling:
     print("sampling  (a whole step with a token per sequence: host = all logits copied + engine/sampler, "
           "device = forward_and_sample with the device sampler)")
     print(f"{'mixer':<11}{'batch':>6}{'logits us':>10}{'host us':>9}{'device us':>10}{'device/host':>12}")
-for r in (sampling or {"results": []})["results"]:
-    h, d = r.get("sample_host_us_per_step_median"), r.get("sample_device_us_per_step_median")
-    if h and d:
-        print(f"{r['mixer']:<11}{r['batch']:>6}{r['us_per_step_median']:>10.1f}{h:>9.1f}{d:>10.1f}{d / h:>12.2f}")
+    for r in sampling["results"]:
+        h, d = r.get("sample_host_us_per_step_median"), r.get("sample_device_us_per_step_median")
+        if h and d:
+            print(f"{r['mixer']:<11}{r['batch']:>6}{r['us_per_step_median']:>10.1f}{h:>9.1f}{d:>10.1f}{d / h:>12.2f}")
 
 
 def compare(title, base, other, name="tc"):

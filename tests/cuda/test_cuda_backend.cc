@@ -103,9 +103,9 @@ TEST_P(GoldenCuda, HalfWeightsWithinTwoPercent) {
     auto gpu = gpu_backend(fx_, wt);
     // With tensor cores on (gpu-check's options stage sets MIXSERVE_CUDA_TENSOR_CORES=1 for this
     // test) the projections' inputs are rounded too: the bound follows what that does.
-    const std::string rounded = std::string(wt == CudaWeightType::kF16 ? "f16" : "bf16") +
-                                (gpu->tensor_cores() ? "_operands" : "_weights");
-    const double tol = fx_.half_precision_bound(rounded, 2e-2);
+    const std::string name = wt == CudaWeightType::kF16 ? "f16" : "bf16";
+    const double tol =
+        fx_.half_precision_bound(name + (gpu->tensor_cores() ? "_operands" : "_weights"), 2e-2);
     Runner g(*gpu);
     const int64_t V = fx_.cfg.vocab_size;
     const int P = fx_.prompt_len;
@@ -115,12 +115,12 @@ TEST_P(GoldenCuda, HalfWeightsWithinTwoPercent) {
     const auto& want = fx_.expected.at("prefill_logits");
     for (int t = 0; t < P; ++t)
       EXPECT_LE(rel_diff(&logits[t * V], &want[t * V], &want[t * V], V), tol)
-          << (wt == CudaWeightType::kF16 ? "f16" : "bf16") << " prefill position " << t;
+          << name << " prefill position " << t;
     const auto& want_decode = fx_.expected.at("decode_logits");
     for (int i = 0; i < fx_.n_decode; ++i) {
       auto step = g.forward({&s}, {{fx_.tokens[P + i]}}, {P + i}, false);
       EXPECT_LE(rel_diff(step.data(), &want_decode[i * V], &want_decode[i * V], V), tol)
-          << (wt == CudaWeightType::kF16 ? "f16" : "bf16") << " decode step " << i;
+          << name << " decode step " << i;
     }
   }
 }

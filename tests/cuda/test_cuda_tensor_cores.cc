@@ -31,13 +31,12 @@ class TensorCores : public CudaFixtureTest {};
 
 TEST_P(TensorCores, WithinToleranceOfReferenceAndCudaCores) {
   for (CudaWeightType wt : {CudaWeightType::kF16, CudaWeightType::kBF16}) {
-    const char* name = wt == CudaWeightType::kF16 ? "f16" : "bf16";
+    const std::string name = wt == CudaWeightType::kF16 ? "f16" : "bf16";
     // The tensor cores round the projections' inputs too: the bounds grow with what that rounding
     // does to the reference (fixture.json's half_precision_error) where it is more than the floor.
-    const std::string fmt = wt == CudaWeightType::kF16 ? "f16" : "bf16";
     const double tol =
-        fx_.half_precision_bound(fmt + "_operands", wt == CudaWeightType::kF16 ? 2e-2 : 3e-2);
-    const double tol_cores = fx_.half_precision_bound(fmt + "_operands", 1e-2);
+        fx_.half_precision_bound(name + "_operands", wt == CudaWeightType::kF16 ? 2e-2 : 3e-2);
+    const double tol_cores = fx_.half_precision_bound(name + "_operands", 1e-2);
     auto tc = backend(fx_, wt, true), cores = backend(fx_, wt, false);
     Runner rt(*tc), rc(*cores);
     const int64_t V = fx_.cfg.vocab_size;

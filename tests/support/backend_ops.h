@@ -16,14 +16,15 @@
 
 namespace mixserve::testing {
 
-// Weights held in memory, by tensor name (projections packed in float32: the comparison is with
-// the float64 model of the same weights).
+// Weights held in memory, by tensor name (projections packed in `format`: float32 by default, as
+// the comparison with the float64 model of the same weights needs).
 class MapWeights : public WeightSource {
  public:
   std::map<std::string, std::vector<float>> tensors;
+  WeightFormat format = WeightFormat::kF32;
   const float* get(const std::string& name) const override;
   bool has(const std::string& name) const override { return tensors.count(name) != 0; }
-  WeightFormat linear_format() const override { return WeightFormat::kF32; }
+  WeightFormat linear_format() const override { return format; }
 };
 
 struct RandomModel {
