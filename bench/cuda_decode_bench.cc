@@ -14,9 +14,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "bench/bench_args.h"
 #include "engine/mixers/registry.h"
@@ -40,9 +39,13 @@ class RandomWeights : public WeightSource {
       for (int64_t e : spec.shape) n *= e;
       std::vector<float>& v = w_[spec.name];
       const std::string& s = spec.name;
-      auto ends = [&](const std::string& t) { return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0; };
+      auto ends = [&](const std::string& t) {
+        return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+      };
       float fill = NAN;
-      if ((s.find("ln") != std::string::npos || s.find("norm") != std::string::npos) && ends(".weight")) fill = 1.0f;
+      if ((s.find("ln") != std::string::npos || s.find("norm") != std::string::npos) &&
+          ends(".weight"))
+        fill = 1.0f;
       if (s.find("time_mix") != std::string::npos) fill = 0.5f;
       if (ends("time_decay")) fill = -1.0f;
       if (ends("time_first")) fill = 0.0f;
@@ -57,16 +60,25 @@ class RandomWeights : public WeightSource {
   std::map<std::string, std::vector<float>> w_;
 };
 
-ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads, int window) {
+ModelConfig paper_config(const std::string& mixer, int u, int l, int d, int c, int m, int heads,
+                         int window) {
   nlohmann::json layer = {{"mixer", mixer}};
   const MixerKind kind = parse_mixer_kind(mixer);
   if (window > 0 && mixer_takes(kind, "window")) layer["window"] = window;
   if (mixer_takes(kind, "heads")) layer["heads"] = heads;
-  nlohmann::json cfg = {{"vocab_size", u}, {"d_model", d}, {"n_layers", m}, {"ffn_dim", c},
-                        {"max_seq_len", l}, {"position", "learned"}, {"embed_scale", std::sqrt(double(d))},
-                        {"norm", "layernorm"}, {"activation", "relu"},
-                        {"ffn", mixer == "rwkv" ? "rwkv_channel_mix" : "mlp"}, {"bias", true},
-                        {"tie_embeddings", true}, {"embed_norm", false},
+  nlohmann::json cfg = {{"vocab_size", u},
+                        {"d_model", d},
+                        {"n_layers", m},
+                        {"ffn_dim", c},
+                        {"max_seq_len", l},
+                        {"position", "learned"},
+                        {"embed_scale", std::sqrt(double(d))},
+                        {"norm", "layernorm"},
+                        {"activation", "relu"},
+                        {"ffn", mixer == "rwkv" ? "rwkv_channel_mix" : "mlp"},
+                        {"bias", true},
+                        {"tie_embeddings", true},
+                        {"embed_norm", false},
                         {"layers", nlohmann::json::array()}};
   for (int i = 0; i < m; ++i) cfg["layers"].push_back(layer);
   return parse_model_config(cfg.dump(), "bench config");
@@ -135,7 +147,8 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
       backend.forward(b, logits);
       if (mode == 1)
         for (int s = 0; s < batch; ++s)
-          sampled.push_back(sample_token(&logits[static_cast<size_t>(s) * V], V, sp, history, step, false));
+          sampled.push_back(
+              sample_token(&logits[static_cast<size_t>(s) * V], V, sp, history, step, false));
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sampled.clear();
@@ -150,12 +163,26 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   // the GPU's share (batch upload to last logit), comparable to a peer that samples on the GPU.
   // sample_host_us / sample_device_us: a whole step with a token per sequence, either way.
   // weight_GBps: the bytes of every weight over the device time (a batch-1 step reads each once).
-  nlohmann::json r = {{"batch", batch}, {"steps", steps}, {"prompt", prompt}, {"graphs", graphs},
-          {"us_per_step_median", med * 1e6},
-          {"us_per_step_min", times[0].empty() ? 0.0 : *std::min_element(times[0].begin(), times[0].end()) * 1e6},
-          {"device_us_per_step_median", dev * 1e6}, {"tok_s", batch / med}, {"device_tok_s", batch / dev},
-          {"sample_host_us_per_step_median", median(times[1]) * 1e6},
-          {"weight_bytes", wbytes}, {"weight_GBps", wbytes / dev * 1e-9}};
+  nlohmann::json r = {
+      {"batch", batch},
+      {"steps", steps},
+      {"prompt", prompt},
+      {"graphs", graphs},
+      {"us_per_step_median", med * 1e6},
+      {"us_per_step_min",
+       times[0].empty() ? 0.0 : *std::min_element(times[0].begin(), times[0].end()) * 1e6},
+      {"device_us_per_step_median", dev * 1e6},
+      {"tok_s", batch / med},
+      {"device_tok_s", batch / dev},
+      {"sample_host_us_per_step_median", median(times[1]) * 1e6},
+      {"weight_bytes", wbytes},
+      {"weight_GBps", wbytes / dev * 1e-9},
+      {"options",
+       {{"device_sampling", backend.device_sampling()},
+        {"tensor_cores", backend.tensor_cores()},
+        {"small_batch_gemv", backend.small_batch_gemv()},
+        {"ordered_sums", backend.ordered_sums()},
+        {"dependent_launch", backend.dependent_launch()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
     r["sample_device_tok_s"] = batch / median(times[2]);
@@ -165,7 +192,8 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
 
 // Device time of a batch-1 decode step at every position 1 … l−1 of one sequence: attention's
 // cost grows with the prefix, a recurrent state's stays flat, a FIR window's grows until W.
-nlohmann::json context_sweep(const ModelConfig& cfg, const WeightSource& w, CudaWeightType wt, int every) {
+nlohmann::json context_sweep(const ModelConfig& cfg, const WeightSource& w, CudaWeightType wt,
+                             int every) {
   CudaBackendOptions o;
   o.weights = wt;
   o.pool_bytes = int64_t{1} << 30;
@@ -195,8 +223,10 @@ nlohmann::json context_sweep(const ModelConfig& cfg, const WeightSource& w, Cuda
 
 int main(int argc, char** argv) {
   using namespace mixserve;
-  BenchArgs a("mixserve-cuda-bench", "Decode step time of the CUDA backend per mixer and batch size.");
-  a.flag("mixers", "aft_simple,aft_local,aft_full,attention,retnet,she,he,we,me,rwkv,linear,performer",
+  BenchArgs a("mixserve-cuda-bench",
+              "Decode step time of the CUDA backend per mixer and batch size.");
+  a.flag("mixers",
+         "aft_simple,aft_local,aft_full,attention,retnet,she,he,we,me,rwkv,linear,performer",
          "mixer kinds (one model of m layers each)");
   a.flag("batches", "1,8,64,256", "batch sizes");
   a.flag("steps", "64", "decode steps timed (after 8 warm-up steps)");
@@ -211,7 +241,8 @@ int main(int argc, char** argv) {
   a.flag("weights", "f16", "f32, f16, bf16, int8, int4");
   a.toggle("no-graphs", "run every step eagerly");
   a.toggle("device-sampling", "also time whole steps sampled on the device (forward_and_sample)");
-  a.toggle("context-sweep", "also time batch-1 steps at every position (per-token cost vs context)");
+  a.toggle("context-sweep",
+           "also time batch-1 steps at every position (per-token cost vs context)");
   a.flag("sweep-every", "4", "context sweep: record every n-th position");
   a.flag("out", "", "write the results to this JSON file");
   std::string err;
@@ -230,24 +261,34 @@ int main(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-  nlohmann::json all = {{"device", cuda_device_name()}, {"date", date}, {"weights", a.str("weights")},
-                        {"config", {{"u", a.integer("vocab")}, {"l", a.integer("ctx")}, {"d", a.integer("d")},
-                                    {"c", a.integer("ffn")}, {"m", a.integer("layers")}, {"heads", a.integer("heads")},
-                                    {"window", a.integer("window")}}},
-                        {"tensor_cores", std::getenv("MIXSERVE_CUDA_TENSOR_CORES") ? std::getenv("MIXSERVE_CUDA_TENSOR_CORES") : "0"},
-                        {"results", nlohmann::json::array()}};
+  nlohmann::json all = {
+      {"device", cuda_device_name()},
+      {"date", date},
+      {"weights", a.str("weights")},
+      {"config",
+       {{"u", a.integer("vocab")},
+        {"l", a.integer("ctx")},
+        {"d", a.integer("d")},
+        {"c", a.integer("ffn")},
+        {"m", a.integer("layers")},
+        {"heads", a.integer("heads")},
+        {"window", a.integer("window")}}},
+      {"tensor_cores",
+       std::getenv("MIXSERVE_CUDA_TENSOR_CORES") ? std::getenv("MIXSERVE_CUDA_TENSOR_CORES") : "0"},
+      {"results", nlohmann::json::array()}};
   try {
     const CudaWeightType wt = parse_cuda_weight_type(a.str("weights"));
     for (const std::string& mixer : a.strings("mixers")) {
-      ModelConfig cfg = paper_config(mixer, static_cast<int>(a.integer("vocab")), static_cast<int>(a.integer("ctx")),
-                                     static_cast<int>(a.integer("d")), static_cast<int>(a.integer("ffn")),
-                                     static_cast<int>(a.integer("layers")), static_cast<int>(a.integer("heads")),
-                                     static_cast<int>(a.integer("window")));
+      ModelConfig cfg =
+          paper_config(mixer, static_cast<int>(a.integer("vocab")),
+                       static_cast<int>(a.integer("ctx")), static_cast<int>(a.integer("d")),
+                       static_cast<int>(a.integer("ffn")), static_cast<int>(a.integer("layers")),
+                       static_cast<int>(a.integer("heads")), static_cast<int>(a.integer("window")));
       RandomWeights w(cfg);
       for (const std::string& b : a.strings("batches")) {
         nlohmann::json r = bench(cfg, w, wt, std::stoi(b), static_cast<int>(a.integer("steps")),
-                                 static_cast<int>(a.integer("prompt")), a.str("no-graphs") != "true",
-                                 a.str("device-sampling") == "true");
+                                 static_cast<int>(a.integer("prompt")),
+                                 a.str("no-graphs") != "true", a.str("device-sampling") == "true");
         r["mixer"] = mixer;
         std::cout << r.dump() << std::endl;
         all["results"].push_back(r);

@@ -48,6 +48,10 @@ CudaWeightType parse_cuda_weight_type(const std::string& name) {
 namespace {
 
 constexpr int kMaxGraphBatch = 512;  // decode batches up to this replay graphs
+// Dependent launch (CudaBackendOptions::dependent_launch) for passes of at most this many rows:
+// on the H100 (2026-11-27) it took 2–13% off every mixer's step at batch 1 and 8 and most at 64;
+// at 256 it helped five mixers and slowed seven by 1–12% (docs/cuda.md).
+constexpr int kDependentLaunchRows = 64;
 
 // An option the environment may override with 1 or 0 (the options not yet verified on a GPU).
 bool env_switch(const char* name, bool option) {
@@ -106,7 +110,7 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false;
+       ordered_sums = false, dependent_launch = false;
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
@@ -213,6 +217,8 @@ struct CudaBackend::Impl {
 
   // Every kernel of one forward pass over R rows of S sequences, logits for O rows.
   void run(int R, int S, int O) {
+    cuda::dependent_launch =
+        dependent_launch && R <= kDependentLaunchRows;  // for this pass's kernels
     const DevBatch b = device_batch(R, S);
     const int64_t table = table_offset(R, S, O);
     const int32_t* pages = meta_dev.get() + table + int64_t{n_layers} * (S + 1);
@@ -321,6 +327,9 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   dw.use_tensor_cores(m.tensor_cores);
   dw.use_small_batch_gemv(m.small_batch_gemv);
   dw.use_ordered_sums(m.ordered_sums);
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
+  m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;
   m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
   m.embed_params.scale = cfg.embed_scale;
   if (cfg.position == PositionKind::kLearned)
@@ -475,6 +484,9 @@ bool CudaBackend::small_batch_gemv() const {
 }
 bool CudaBackend::ordered_sums() const {
   return impl_->ordered_sums;
+}
+bool CudaBackend::dependent_launch() const {
+  return impl_->dependent_launch;
 }
 
 // With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned

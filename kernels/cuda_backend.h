@@ -48,6 +48,12 @@ struct CudaBackendOptions {
   // predicts bit for bit; it turns tensor_cores and small_batch_gemv off. MIXSERVE_CUDA_ORDERED=1|0
   // overrides. Off by default until verified on a GPU.
   bool ordered_sums = false;
+  // Programmatic dependent launch (kernels/cuda_common.cuh) in forward passes of ≤ 64 rows: each
+  // kernel may launch while the previous one finishes, hiding part of the gap between the ~90
+  // kernels of a small batch's step. Needs compute capability 9.0 (off below it).
+  // MIXSERVE_CUDA_PDL= 1|0 overrides. On by default since its tests passed on an H100 (2026-11-27)
+  // and it took 2–13% off the batch-1 and batch-8 steps of every mixer (docs/cuda.md).
+  bool dependent_launch = true;
   int device = 0;
 };
 
@@ -83,6 +89,7 @@ class CudaBackend : public Backend {
   bool tensor_cores() const;
   bool small_batch_gemv() const;
   bool ordered_sums() const;
+  bool dependent_launch() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

@@ -5,9 +5,11 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace mixserve::cuda {
 
@@ -18,9 +20,49 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
 }
 #define CUDA_CHECK(call) ::mixserve::cuda::check((call), #call, __FILE__, __LINE__)
 // After a launch: configuration errors show at once (execution errors at the next sync).
-#define CUDA_CHECK_LAUNCH() ::mixserve::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+#define CUDA_CHECK_LAUNCH() \
+  ::mixserve::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
-inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+// Programmatic dependent launch (sm_90, #24 item 3; CudaBackendOptions::dependent_launch): a
+// kernel may be launched while the previous kernel in its stream still runs, so its launch and
+// its blocks' start overlap that kernel's tail instead of following it. Every kernel therefore
+// begins with kernel_prologue(): it waits until the previous kernel has finished and its writes
+// are visible (griddepcontrol.wait), then lets the next one launch (its blocks wait in turn). A
+// kernel reads nothing before the wait, so each still sees everything every earlier kernel wrote.
+// Without the launch attribute both instructions return at once. tests/engine (KernelPrologue)
+// checks that every kernel starts with it.
+__device__ __forceinline__ void kernel_prologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launch_kernel asks for dependent launch: process-wide, set by the CUDA backend at the
+// start of each forward pass from its options and the pass's rows (cuda_backend.cu).
+inline std::atomic<bool> dependent_launch{false};
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the dependent-launch attribute when on.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch.load(std::memory_order_relaxed) ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch", __FILE__,
+        __LINE__);
+}
+
+inline int ceil_div(int64_t a, int64_t b) {
+  return static_cast<int>((a + b - 1) / b);
+}
 
 // The rows of one forward pass, on the device. Sequence s owns rows [row_start[s], row_start[s+1])
 // at positions pos0[s], pos0[s] + 1, ...; row_seq/row_pos say the same per row.
@@ -55,7 +97,9 @@ struct DevPages {
   }
 };
 
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf_(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
 
 // Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
 // `shared` holds 32 values. A fixed tree, so the result does not depend on timing.

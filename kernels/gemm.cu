@@ -6,6 +6,7 @@
 // distinct banks), BK of K per step, the next step's tile prefetched into registers.
 #include "kernels/gemm.cuh"
 #include "kernels/gemm_parts.cuh"
+#include "kernels/gemm_tiles.h"
 #include "kernels/sum_order.h"
 
 namespace mixserve::cuda {
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     gemm_kernel(Loader a, const WT* __restrict__ W, const float* __restrict__ bias,
                 const float* __restrict__ group_scales, const float* __restrict__ output_scales,
                 int M, int N, int K, int k_chunk, GemmOut out, float* partial) {
+  kernel_prologue();
   static_assert(!Ordered || kSumChunk % BK == 0, "a K step must not straddle a chunk");
   constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
   constexpr int A_PER = BM * BK / NT, B_PER = BN * BK / NT;
@@ -81,7 +83,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   float acc[TM][TN];
   constexpr int kOrdered = Ordered ? TM * TN * NT : 1;
   constexpr int kTotals = Loader::kSplitK ? 1 : kOrdered;
-  __shared__ float grp[kOrdered], all[kTotals];  // output (i, j) of thread tid: [(i·TN + j)·NT + tid]
+  __shared__ float grp[kOrdered],
+      all[kTotals];  // output (i, j) of thread tid: [(i·TN + j)·NT + tid]
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -134,7 +137,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         const bool opens = group_opens_range(k_last, k_begin);
 #pragma unroll
         for (int e = 0; e < TM * TN; ++e)
-          all[e * NT + tid] = opens ? grp[e * NT + tid] : sum_add(all[e * NT + tid], grp[e * NT + tid]);
+          all[e * NT + tid] =
+              opens ? grp[e * NT + tid] : sum_add(all[e * NT + tid], grp[e * NT + tid]);
       }
     }
   }
@@ -158,6 +162,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 // is the row's alone — then bias, activation, epilogue.
 __global__ void lag_reduce_kernel(const float* partial, const float* bias,
                                   const float* output_scales, LagIn in, int M, int N, GemmOut out) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(M) * N) return;
   const int r = static_cast<int>(idx / N), n = static_cast<int>(idx % N);
@@ -174,34 +179,53 @@ void launch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chun
   const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM), chunks);
   const int threads = (BM / TM) * (BN / TN);
   if (w.ordered_sums)
-    gemm_kernel<WT, BM, BN, TM, TN, BK, true, Loader>
-        <<<grid, threads, 0, stream>>>(a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
-                                       w.output_scales(), M, w.n, w.k, k_chunk, out, partial);
+    launch_kernel(gemm_kernel<WT, BM, BN, TM, TN, BK, true, Loader>, grid, threads, 0, stream, a,
+                  static_cast<const WT*>(w.w), w.bias, w.group_scales(), w.output_scales(), M, w.n,
+                  w.k, k_chunk, out, partial);
   else
-    gemm_kernel<WT, BM, BN, TM, TN, BK, false, Loader>
-        <<<grid, threads, 0, stream>>>(a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
-                                       w.output_scales(), M, w.n, w.k, k_chunk, out, partial);
+    launch_kernel(gemm_kernel<WT, BM, BN, TM, TN, BK, false, Loader>, grid, threads, 0, stream, a,
+                  static_cast<const WT*>(w.w), w.bias, w.group_scales(), w.output_scales(), M, w.n,
+                  w.k, k_chunk, out, partial);
   CUDA_CHECK_LAUNCH();
 }
 
-// Tile shape by batch size: tiny batches (decode) want many blocks with short K loops; large
-// ones want register blocking. The shape never changes a row's arithmetic.
+// The multiprocessors of the device the process uses (one device: CudaBackendOptions::device).
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+
+// The tile (gemm_tiles.h) for this device's multiprocessors.
 template <typename WT, typename Loader>
 void dispatch_shape(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk,
                     int chunks, const GemmOut& out, float* partial) {
-  const int64_t big_blocks = int64_t{ceil_div(M, 64)} * ceil_div(w.n, 64) * chunks;
+  const GemmTile t = gemm_tile(M, w.n, chunks, multiprocessors());
   // BK measured on the H100 (docs/cuda.md): doubling it made batch-1 decode slower, not faster.
-  if (M <= 8) launch<WT, 8, 16, 1, 1, 64>(stream, a, w, M, k_chunk, chunks, out, partial);
-  else if (big_blocks < 264) launch<WT, 32, 32, 2, 2, 32>(stream, a, w, M, k_chunk, chunks, out, partial);
-  else launch<WT, 64, 64, 4, 4, 16>(stream, a, w, M, k_chunk, chunks, out, partial);
+  if (t == kTile8x16)
+    launch<WT, 8, 16, 1, 1, 64>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else if (t == kTile16)
+    launch<WT, 16, 16, 1, 1, 32>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else if (t == kTile32)
+    launch<WT, 32, 32, 2, 2, 32>(stream, a, w, M, k_chunk, chunks, out, partial);
+  else
+    launch<WT, 64, 64, 4, 4, 16>(stream, a, w, M, k_chunk, chunks, out, partial);
 }
 
 template <typename Loader>
 void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk, int chunks,
               const GemmOut& out, float* partial) {
   switch (w.type) {
-    case CudaWeightType::kF32: dispatch_shape<float>(stream, a, w, M, k_chunk, chunks, out, partial); break;
-    case CudaWeightType::kF16: dispatch_shape<__half>(stream, a, w, M, k_chunk, chunks, out, partial); break;
+    case CudaWeightType::kF32:
+      dispatch_shape<float>(stream, a, w, M, k_chunk, chunks, out, partial);
+      break;
+    case CudaWeightType::kF16:
+      dispatch_shape<__half>(stream, a, w, M, k_chunk, chunks, out, partial);
+      break;
     case CudaWeightType::kBF16:
       dispatch_shape<__nv_bfloat16>(stream, a, w, M, k_chunk, chunks, out, partial);
       break;
@@ -211,7 +235,8 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
     case CudaWeightType::kInt4:
       dispatch_shape<PackedInt4>(stream, a, w, M, k_chunk, chunks, out, partial);
       break;
-    case CudaWeightType::kAuto: throw std::logic_error("unresolved weight type");
+    case CudaWeightType::kAuto:
+      throw std::logic_error("unresolved weight type");
   }
 }
 
@@ -219,13 +244,16 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
-  if (w.tensor_cores) return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
+  if (w.tensor_cores)
+    return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
   if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);  // same bits, M ≤ 8
   PlainLoader a{in, w.k, nullptr, nullptr};
   dispatch(stream, a, w, M, w.k, 1, out, nullptr);
 }
 
-int lag_chunks(int K) { return ceil_div(K, kLagChunk); }
+int lag_chunks(int K) {
+  return ceil_div(K, kLagChunk);
+}
 
 void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, const GemmOut& out,
                float* partial) {
@@ -234,8 +262,8 @@ void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, 
   LagLoader a{in, w.k};
   dispatch(stream, a, w, M, kLagChunk, lag_chunks(w.k), out, partial);
   const int64_t n = static_cast<int64_t>(M) * w.n;
-  lag_reduce_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(partial, w.bias, w.output_scales(), in, M,
-                                                          w.n, out);
+  launch_kernel(lag_reduce_kernel, ceil_div(n, 256), 256, 0, stream, partial, w.bias,
+                w.output_scales(), in, M, w.n, out);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -66,6 +66,7 @@ template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     gemm_tc_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias, int M,
                    int N, int K, GemmOut out) {
+  kernel_prologue();
   __shared__ __align__(16) uint16_t As[BM][kRow];
   __shared__ __align__(16) uint16_t Bs[BN][kRow];
   __shared__ float stats[2 * BM];
@@ -143,12 +144,12 @@ void gemm_tensor_cores(cudaStream_t stream, const GemmIn& in, const DevMatrix& w
   const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM));
   switch (w.type) {
     case CudaWeightType::kF16:
-      gemm_tc_kernel<__half><<<grid, kThreads, 0, stream>>>(a, static_cast<const __half*>(w.w),
-                                                            w.bias, M, w.n, w.k, out);
+      launch_kernel(gemm_tc_kernel<__half>, grid, kThreads, 0, stream, a,
+                    static_cast<const __half*>(w.w), w.bias, M, w.n, w.k, out);
       break;
     case CudaWeightType::kBF16:
-      gemm_tc_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-          a, static_cast<const __nv_bfloat16*>(w.w), w.bias, M, w.n, w.k, out);
+      launch_kernel(gemm_tc_kernel<__nv_bfloat16>, grid, kThreads, 0, stream, a,
+                    static_cast<const __nv_bfloat16*>(w.w), w.bias, M, w.n, w.k, out);
       break;
     default:
       throw std::logic_error("tensor-core GEMM needs float16 or bfloat16 weights");

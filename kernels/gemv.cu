@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(kThreads)
     gemv_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                 const float* __restrict__ group_scales, const float* __restrict__ output_scales,
                 int M, int N, int K, GemmOut out) {
+  kernel_prologue();
   __shared__ __align__(16) unsigned char smem[2 * kStageBytes];
   __shared__ float stats[2 * kRows];
   constexpr int words = row_words<WT>();
@@ -147,25 +148,27 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
   const int blocks = ceil_div(w.n, kOutputs);
   switch (w.type) {
     case CudaWeightType::kF32:
-      gemv_kernel<float><<<blocks, kThreads, 0, stream>>>(a, static_cast<const float*>(w.w), w.bias,
-                                                          nullptr, nullptr, M, w.n, w.k, out);
+      launch_kernel(gemv_kernel<float>, blocks, kThreads, 0, stream, a,
+                    static_cast<const float*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
       break;
     case CudaWeightType::kF16:
-      gemv_kernel<__half><<<blocks, kThreads, 0, stream>>>(
-          a, static_cast<const __half*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
+      launch_kernel(gemv_kernel<__half>, blocks, kThreads, 0, stream, a,
+                    static_cast<const __half*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
       break;
     case CudaWeightType::kBF16:
-      gemv_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
-          a, static_cast<const __nv_bfloat16*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
+      launch_kernel(gemv_kernel<__nv_bfloat16>, blocks, kThreads, 0, stream, a,
+                    static_cast<const __nv_bfloat16*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k,
+                    out);
       break;
     case CudaWeightType::kInt8:
-      gemv_kernel<int8_t><<<blocks, kThreads, 0, stream>>>(
-          a, static_cast<const int8_t*>(w.w), w.bias, nullptr, w.output_scales(), M, w.n, w.k, out);
+      launch_kernel(gemv_kernel<int8_t>, blocks, kThreads, 0, stream, a,
+                    static_cast<const int8_t*>(w.w), w.bias, nullptr, w.output_scales(), M, w.n,
+                    w.k, out);
       break;
     case CudaWeightType::kInt4:
-      gemv_kernel<PackedInt4>
-          <<<blocks, kThreads, 0, stream>>>(a, static_cast<const PackedInt4*>(w.w), w.bias,
-                                            w.group_scales(), nullptr, M, w.n, w.k, out);
+      launch_kernel(gemv_kernel<PackedInt4>, blocks, kThreads, 0, stream, a,
+                    static_cast<const PackedInt4*>(w.w), w.bias, w.group_scales(), nullptr, M, w.n,
+                    w.k, out);
       break;
     case CudaWeightType::kAuto:
       throw std::logic_error("unresolved weight type");

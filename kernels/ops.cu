@@ -30,6 +30,7 @@ __device__ void normalize_row(float* row, int d, const Norm& n) {
 }
 
 __global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
+  kernel_prologue();
   const int r = blockIdx.x;
   const int tok = b.tokens[r], pos = b.row_pos[r];
   float* xr = x + static_cast<int64_t>(r) * d;
@@ -43,6 +44,7 @@ __global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
 }
 
 __global__ void layer_norm_kernel(const float* x, int d, Norm n, float* y) {
+  kernel_prologue();
   const int64_t off = static_cast<int64_t>(blockIdx.x) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) y[off + i] = x[off + i];
   __syncthreads();
@@ -50,6 +52,7 @@ __global__ void layer_norm_kernel(const float* x, int d, Norm n, float* y) {
 }
 
 __global__ void init_pages_kernel(float* pool, const int32_t* pages, int n, int pf, InitRuns runs) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(n) * pf) return;
   float v = 0.0f;
@@ -60,6 +63,7 @@ __global__ void init_pages_kernel(float* pool, const int32_t* pages, int n, int 
 
 __global__ void gather_pages_kernel(const float* pool, const int32_t* pages, int n, int pf,
                                     float* out) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx < static_cast<int64_t>(n) * pf)
     out[idx] = pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf];
@@ -67,6 +71,7 @@ __global__ void gather_pages_kernel(const float* pool, const int32_t* pages, int
 
 __global__ void scatter_pages_kernel(float* pool, const int32_t* pages, int n, int pf,
                                      const float* in) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx < static_cast<int64_t>(n) * pf)
     pool[static_cast<int64_t>(pages[idx / pf]) * pf + idx % pf] = in[idx];
@@ -74,6 +79,7 @@ __global__ void scatter_pages_kernel(float* pool, const int32_t* pages, int n, i
 
 __global__ void copy_pages_kernel(float* pool, const int32_t* from, const int32_t* to, int n,
                                   int pf) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(n) * pf) return;
   const int64_t p = idx / pf, i = idx % pf;
@@ -89,41 +95,41 @@ int blocks_for(int n, int pf) {
 void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p,
            float* x) {
   if (rows == 0) return;
-  embed_kernel<<<rows, 128, 0, stream>>>(b, d, p, x);
+  launch_kernel(embed_kernel, rows, 128, 0, stream, b, d, p, x);
   CUDA_CHECK_LAUNCH();
 }
 
 void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y) {
   if (rows == 0) return;
-  layer_norm_kernel<<<rows, 128, 0, stream>>>(x, d, n, y);
+  launch_kernel(layer_norm_kernel, rows, 128, 0, stream, x, d, n, y);
   CUDA_CHECK_LAUNCH();
 }
 
 void init_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,
                 const InitRuns& runs) {
   if (n == 0) return;
-  init_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, runs);
+  launch_kernel(init_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, pages, n, pf, runs);
   CUDA_CHECK_LAUNCH();
 }
 
 void gather_pages(cudaStream_t stream, const float* pool, const int32_t* pages, int n, int pf,
                   float* out) {
   if (n == 0) return;
-  gather_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, out);
+  launch_kernel(gather_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, pages, n, pf, out);
   CUDA_CHECK_LAUNCH();
 }
 
 void scatter_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,
                    const float* in) {
   if (n == 0) return;
-  scatter_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, pages, n, pf, in);
+  launch_kernel(scatter_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, pages, n, pf, in);
   CUDA_CHECK_LAUNCH();
 }
 
 void copy_pages(cudaStream_t stream, float* pool, const int32_t* from, const int32_t* to, int n,
                 int pf) {
   if (n == 0) return;
-  copy_pages_kernel<<<blocks_for(n, pf), 256, 0, stream>>>(pool, from, to, n, pf);
+  launch_kernel(copy_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, from, to, n, pf);
   CUDA_CHECK_LAUNCH();
 }
 

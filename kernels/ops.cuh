@@ -9,7 +9,7 @@ struct EmbedParams {
   const float* table = nullptr;  // [u, d]
   const float* pos = nullptr;    // [l, d] learned or sinusoidal; null for position: none
   float scale = 1.0f;
-  Norm norm;                     // embed_norm (RWKV's ln0) when norm.w is set
+  Norm norm;  // embed_norm (RWKV's ln0) when norm.w is set
 };
 // x[r] = scale·E[token] + P[pos], then the optional embed norm.
 void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p, float* x);

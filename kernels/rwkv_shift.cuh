@@ -11,6 +11,7 @@ struct ShiftMixes {
   float* out[3] = {};
 };
 // out[i] = xn·μ_i + xn_prev·(1 − μ_i) for every row; x_prev sits at state_offset.
-void token_shift(const PartStep& st, const float* xn, int64_t state_offset, const ShiftMixes& mixes);
+void token_shift(const PartStep& st, const float* xn, int64_t state_offset,
+                 const ShiftMixes& mixes);
 
 }  // namespace mixserve::cuda

@@ -144,6 +144,7 @@ __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int V, int Vpad, const DevSampleRow* rows,
                   const int32_t* lists, double* z_ws, double* key_ws, int32_t* id_ws, int n_rows,
                   int32_t* out) {
+  kernel_prologue();
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ Shared sh;
   const int row = blockIdx.x;
@@ -366,9 +367,9 @@ void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
   out_host_.reserve(out_ints);
   const auto* dev_rows = reinterpret_cast<const DevSampleRow*>(in_dev_.get());
   const auto* dev_lists = reinterpret_cast<const int32_t*>(in_dev_.get() + row_bytes);
-  sample_kernel<<<n, kThreads, dyn, stream>>>(logits, V, Vpad, dev_rows, dev_lists, z_.get(),
-                                              in_shared ? nullptr : keys_.get(),
-                                              in_shared ? nullptr : ids_.get(), n, out_dev_.get());
+  launch_kernel(sample_kernel, n, kThreads, dyn, stream, logits, V, Vpad, dev_rows, dev_lists,
+                z_.get(), in_shared ? nullptr : keys_.get(), in_shared ? nullptr : ids_.get(), n,
+                out_dev_.get());
   CUDA_CHECK_LAUNCH();
   // Only the tokens come back unless a row asked for logprobs.
   CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(),

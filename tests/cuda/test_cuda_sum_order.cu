@@ -1,7 +1,8 @@
 // The GEMM with DevMatrix::ordered_sums against the host emulator of kernels/sum_order.h: every
 // output's bits equal ordered_dot over the same (widened) weights plus the bias, in float32,
 // float16 and bfloat16, at K on and off the chunk and group boundaries, for M that reach each tile
-// shape (8×16 at M ≤ 8, 32×32, 64×64 once the grid has ≥ 264 blocks). Skips without a GPU.
+// shape of kernels/gemm_tiles.h (8×16 at M ≤ 8, then 16×16, 32×32 or 64×64 by the blocks each
+// gives). Skips without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -58,7 +59,9 @@ TEST(OrderedSums, GemmBitsEqualTheHostEmulator) {
   for (CudaWeightType t : {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16})
     for (int K : {64, 128, 200, 256, 300, 512, 1024, 4096})
       for (int M : {1, 3, 8, 9, 64}) check(t, M, 96, K, 7 * K + M);
-  check(CudaWeightType::kF16, 1024, 1088, 512, 1);  // 16 × 17 blocks of 64×64: that tile
+  // The tiles above 16×16 (kernels/gemm_tiles.h, with the H100's or H200's 132 multiprocessors):
+  check(CudaWeightType::kF16, 256, 640, 512, 1);    // 8 × 20 blocks of 32×32
+  check(CudaWeightType::kF16, 1024, 1088, 512, 1);  // 16 × 17 blocks of 64×64
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ __device__ __forceinline__ void absorb(float& mx, float& num, float& den, float 
 }
 
 __global__ void aft_simple_kernel(DevBatch b, DevPages pages, const float* qkv, int d, float* out) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
@@ -39,11 +40,16 @@ __global__ void aft_simple_kernel(DevBatch b, DevPages pages, const float* qkv, 
 // the folded sums with e^0.
 __global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int window,
                                  const float* pos_bias, float* out) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
-  auto ring_k = [&](int pos) { return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c); };
-  auto ring_v = [&](int pos) { return pages.at(s, static_cast<int64_t>(3 + window + pos % window) * d + c); };
+  auto ring_k = [&](int pos) {
+    return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
+  };
+  auto ring_v = [&](int pos) {
+    return pages.at(s, static_cast<int64_t>(3 + window + pos % window) * d + c);
+  };
   float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
   float mx = *pm, sn = *pn, sd = *pd;
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
@@ -71,6 +77,7 @@ __global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, i
 }
 
 __global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, int d) {
+  kernel_prologue();
   const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
   for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
     *pages.token_row(s, pos, 2 * d, i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
@@ -80,6 +87,7 @@ __global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, in
 // lag 0 (j = pos) first, as the CPU sums.
 __global__ void aft_full_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int l,
                                 const float* pos_bias, float* out) {
+  kernel_prologue();
   const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= d) return;
   const int pos = b.row_pos[r], s = b.row_seq[r];
@@ -94,7 +102,8 @@ __global__ void aft_full_kernel(DevBatch b, DevPages pages, const float* qkv, in
     num += e * value(j);
     den += e;
   }
-  out[static_cast<int64_t>(r) * d + c] = sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
+  out[static_cast<int64_t>(r) * d + c] =
+      sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
 }
 
 class CudaAft : public CudaPart {
@@ -108,7 +117,8 @@ class CudaAft : public CudaPart {
         qkv_(dw.fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
         o_(dw.linear(w, p + "o", d_, d_, cfg.bias)) {
     if (kind_ == MixerKind::kAftFull) pos_bias_ = dw.f32(w.get(p + "pos_bias"), size_t(l_) * l_);
-    if (kind_ == MixerKind::kAftLocal) pos_bias_ = dw.f32(w.get(p + "pos_bias"), size_t(l_) * window_);
+    if (kind_ == MixerKind::kAftLocal)
+      pos_bias_ = dw.f32(w.get(p + "pos_bias"), size_t(l_) * window_);
   }
 
   void forward(const PartStep& st) override {
@@ -117,15 +127,16 @@ class CudaAft : public CudaPart {
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     const int seq_blocks = ceil_div(int64_t{st.batch.n_seq} * d, 128);
     if (kind_ == MixerKind::kAftSimple) {
-      aft_simple_kernel<<<seq_blocks, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d, mixed);
+      launch_kernel(aft_simple_kernel, seq_blocks, 128, 0, st.stream, st.batch, st.pages, qkv, d,
+                    mixed);
     } else if (kind_ == MixerKind::kAftLocal) {
-      aft_local_kernel<<<seq_blocks, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d, window_,
-                                                          pos_bias_, mixed);
+      launch_kernel(aft_local_kernel, seq_blocks, 128, 0, st.stream, st.batch, st.pages, qkv, d,
+                    window_, pos_bias_, mixed);
     } else {
-      store_kv_kernel<<<rows, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d);
+      launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
       CUDA_CHECK_LAUNCH();
-      aft_full_kernel<<<dim3(rows, ceil_div(d, 128)), 128, 0, st.stream>>>(st.batch, st.pages, qkv, d,
-                                                                            l_, pos_bias_, mixed);
+      launch_kernel(aft_full_kernel, dim3(rows, ceil_div(d, 128)), 128, 0, st.stream, st.batch,
+                    st.pages, qkv, d, l_, pos_bias_, mixed);
     }
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));

@@ -14,6 +14,7 @@ namespace {
 // the state's token row `pos` (k at pos·2d, v at pos·2d + d).
 __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d, int h,
                                    const float* cos_t, const float* sin_t) {
+  kernel_prologue();
   const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
   float* row = qkv + static_cast<int64_t>(r) * 3 * d;
   if (cos_t) {
@@ -44,6 +45,7 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
 constexpr int kAttnWarps = 4, kAttnUnroll = 8;
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h, float* out) {
+  kernel_prologue();
   extern __shared__ float smem[];
   __shared__ float red[32];
   const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
@@ -133,10 +135,11 @@ class CudaAttention : public CudaPart {
     const int rows = st.rows, d = d_;
     float* qkv = st.s.proj;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
-    rope_append_kernel<<<rows, 128, 0, st.stream>>>(st.batch, st.pages, qkv, d, h_, cos_, sin_);
+    launch_kernel(rope_append_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d, h_, cos_,
+                  sin_);
     CUDA_CHECK_LAUNCH();
-    attention_kernel<<<dim3(rows, n_), kAttnWarps * 32, smem_, st.stream>>>(st.batch, st.pages, qkv,
-                                                                            d, h_, st.s.mixed);
+    launch_kernel(attention_kernel, dim3(rows, n_), kAttnWarps * 32, smem_, st.stream, st.batch,
+                  st.pages, qkv, d, h_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

@@ -12,22 +12,27 @@ namespace {
 // HE/WE: ext[c] = Σ_λ s[c]·e_λ[c];  ME (scalar e_λ): x[c] += Σ_λ s[c]·e_λ (no adjustment).
 __global__ void fir_kernel(DevBatch b, DevPages pages, const float* src, int d, int window,
                            const float* ext, bool scalar, float* out, bool add) {
+  kernel_prologue();
   const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= d) return;
   const int pos = b.row_pos[r], s = b.row_seq[r], first = b.row_start[s];
   float acc = 0.0f;
   for (int lag = 0; lag < window && lag <= pos; ++lag) {
-    const float v = r - lag >= first ? src[static_cast<int64_t>(r - lag) * d + c]
-                                     : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
+    const float v = r - lag >= first
+                        ? src[static_cast<int64_t>(r - lag) * d + c]
+                        : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
     acc += v * (scalar ? ext[lag] : ext[static_cast<int64_t>(lag) * d + c]);
   }
   float* o = out + static_cast<int64_t>(r) * d + c;
-  if (add) *o += acc;
-  else *o = acc;
+  if (add)
+    *o += acc;
+  else
+    *o = acc;
 }
 
 // Each sequence's newest (up to W) inputs into their ring slots (position mod W).
 __global__ void push_ring_kernel(DevBatch b, DevPages pages, const float* src, int d, int window) {
+  kernel_prologue();
   const int r = blockIdx.x, s = b.row_seq[r];
   if (r < b.row_start[s + 1] - window) return;  // overwritten later in this same step
   const int pos = b.row_pos[r];
@@ -39,7 +44,9 @@ class CudaExtractor : public CudaPart {
  public:
   CudaExtractor(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
                 const WeightSource& w, const std::string& p)
-      : kind_(layer.kind), d_(static_cast<int>(cfg.d_model)), window_(static_cast<int>(layer.window)) {
+      : kind_(layer.kind),
+        d_(static_cast<int>(cfg.d_model)),
+        window_(static_cast<int>(layer.window)) {
     const float* ext = w.get(p + "ext");
     const int64_t d = d_, W = window_;
     if (kind_ == MixerKind::kShe) {  // E as [W·d_in, d_out], transposed to a projection's [out, in]
@@ -74,21 +81,22 @@ class CudaExtractor : public CudaPart {
     float* ext = st.s.mixed;
     const dim3 grid(rows, ceil_div(d, 128));
     if (kind_ == MixerKind::kShe) {
-      gemm_lags(st.stream, LagIn{st.batch, st.pages, src, d, window_}, ext_matrix_, rows, to(ext, d),
-                st.s.partial);
+      gemm_lags(st.stream, LagIn{st.batch, st.pages, src, d, window_}, ext_matrix_, rows,
+                to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
-      fir_kernel<<<grid, 128, 0, st.stream>>>(st.batch, st.pages, src, d, window_, ext_, me,
-                                              me ? st.x : ext, me);
+      launch_kernel(fir_kernel, grid, 128, 0, st.stream, st.batch, st.pages, src, d, window_, ext_,
+                    me, me ? st.x : ext, me);
       CUDA_CHECK_LAUNCH();
     }
-    push_ring_kernel<<<rows, 128, 0, st.stream>>>(st.batch, st.pages, src, d, window_);
+    launch_kernel(push_ring_kernel, rows, 128, 0, st.stream, st.batch, st.pages, src, d, window_);
     CUDA_CHECK_LAUNCH();
     if (kind_ == MixerKind::kMe) return;
     if (out_.empty()) {
       gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));
     } else {
-      gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.s.tmp, d, Epi::kMulAux, Act::kNone, ext, d));
+      gemm(st.stream, rows_of(xn, d), adj_, rows,
+           to(st.s.tmp, d, Epi::kMulAux, Act::kNone, ext, d));
       gemm(st.stream, rows_of(st.s.tmp, d), out_, rows, to(st.x, d, Epi::kAdd));
     }
   }

@@ -71,6 +71,7 @@ __device__ void feature_map(const LinearParams& p, const float* x, float* phi, f
 // written back once).
 __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, LinearParams p,
                               bool s_in_smem, float* out) {
+  kernel_prologue();
   extern __shared__ float smem[];
   __shared__ double red[32];
   float *fq = smem, *fk = smem + p.m, *misc = smem + 2 * p.m;  // misc: |q'|², |k'|², den
@@ -187,8 +188,8 @@ class CudaLinear : public CudaPart {
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = p_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
-    linear_kernel<<<st.batch.n_seq * p_.n, threads_, smem_, st.stream>>>(
-        st.batch, st.pages, st.s.proj, p_, s_in_smem_, st.s.mixed);
+    launch_kernel(linear_kernel, st.batch.n_seq * p_.n, threads_, smem_, st.stream, st.batch,
+                  st.pages, st.s.proj, p_, s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

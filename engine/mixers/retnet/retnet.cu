@@ -25,6 +25,7 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, Ret
                               const float* gamma, const float* cos_t, const float* sin_t,
                               const float* decay_scale, float gn_eps, const float* gn_w,
                               bool s_in_smem, float* out) {
+  kernel_prologue();
   extern __shared__ float smem[];
   __shared__ double red[32];
   const int d = sh.d, h = sh.h, hv = sh.hv, width = 2 * d + 2 * sh.dv;
@@ -128,9 +129,9 @@ class CudaRetnet : public CudaPart {
     // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
     // S.
     const int threads = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
-    retnet_kernel<<<st.batch.n_seq * sh_.n, threads, smem_, st.stream>>>(
-        st.batch, st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, gn_w_,
-        s_in_smem_, st.s.mixed);
+    launch_kernel(retnet_kernel, st.batch.n_seq * sh_.n, threads, smem_, st.stream, st.batch,
+                  st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, gn_w_,
+                  s_in_smem_, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }

@@ -13,8 +13,9 @@ namespace {
 
 // out[i][r] = x_r·μ_i + x_{r−1}·(1 − μ_i), x_{−1} being the state's x_prev, which then takes the
 // sequence's last row.
-__global__ void token_shift_kernel(DevBatch b, DevPages pages, const float* x, int d, int64_t offset,
-                                   ShiftMixes mixes) {
+__global__ void token_shift_kernel(DevBatch b, DevPages pages, const float* x, int d,
+                                   int64_t offset, ShiftMixes mixes) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
@@ -31,8 +32,10 @@ __global__ void token_shift_kernel(DevBatch b, DevPages pages, const float* x, i
   *x_prev = prev;
 }
 
-__global__ void wkv_kernel(DevBatch b, DevPages pages, const float* k, const float* v, const float* rr,
-                           const float* first, const float* decay, int d, float* out) {
+__global__ void wkv_kernel(DevBatch b, DevPages pages, const float* k, const float* v,
+                           const float* rr, const float* first, const float* decay, int d,
+                           float* out) {
+  kernel_prologue();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
@@ -89,8 +92,8 @@ class CudaRwkv : public CudaPart {
     gemm(st.stream, rows_of(xk, d), key_, rows, to(k, d));
     gemm(st.stream, rows_of(xv, d), value_, rows, to(v, d));
     gemm(st.stream, rows_of(xr, d), receptance_, rows, to(r, d));
-    wkv_kernel<<<ceil_div(int64_t{st.batch.n_seq} * d, 128), 128, 0, st.stream>>>(
-        st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed);
+    launch_kernel(wkv_kernel, ceil_div(int64_t{st.batch.n_seq} * d, 128), 128, 0, st.stream,
+                  st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed);
     CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), output_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -103,9 +106,10 @@ class CudaRwkv : public CudaPart {
 
 }  // namespace
 
-void token_shift(const PartStep& st, const float* xn, int64_t state_offset, const ShiftMixes& mixes) {
-  token_shift_kernel<<<ceil_div(int64_t{st.batch.n_seq} * st.d, 128), 128, 0, st.stream>>>(
-      st.batch, st.pages, xn, st.d, state_offset, mixes);
+void token_shift(const PartStep& st, const float* xn, int64_t state_offset,
+                 const ShiftMixes& mixes) {
+  launch_kernel(token_shift_kernel, ceil_div(int64_t{st.batch.n_seq} * st.d, 128), 128, 0,
+                st.stream, st.batch, st.pages, xn, st.d, state_offset, mixes);
   CUDA_CHECK_LAUNCH();
 }
 
