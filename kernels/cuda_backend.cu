@@ -319,11 +319,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
                              scratch * page_bytes, m.stream));
 
   DeviceWeights& dw = m.weights;
-  // The K-chunked order is a CUDA-core order over the tiled kernel: the options that would take a
-  // GEMM elsewhere are off with it.
+  // The K-chunked order is a CUDA-core order (the tiled kernel, gemv_ordered.cu at M ≤ 8): tensor
+  // cores, which would take a GEMM elsewhere, are off with it.
   m.ordered_sums = env_switch("MIXSERVE_CUDA_ORDERED", opts.ordered_sums);
   m.tensor_cores = env_switch("MIXSERVE_CUDA_TENSOR_CORES", opts.tensor_cores) && !m.ordered_sums;
-  m.small_batch_gemv = env_switch("MIXSERVE_CUDA_GEMV", opts.small_batch_gemv) && !m.ordered_sums;
+  m.small_batch_gemv =
+      env_switch("MIXSERVE_CUDA_GEMV", opts.small_batch_gemv);  // gemv_ordered.cu when ordered
   dw.use_tensor_cores(m.tensor_cores);
   dw.use_small_batch_gemv(m.small_batch_gemv);
   dw.use_ordered_sums(m.ordered_sums);

@@ -45,8 +45,9 @@ struct CudaBackendOptions {
   bool small_batch_gemv = true;
   // Every CUDA-core projection in the K-chunked order of kernels/sum_order.h (chunks of 64 summed
   // by FMA chains, groups of 256, both added in order), which the host emulator ordered_dot
-  // predicts bit for bit; it turns tensor_cores and small_batch_gemv off. MIXSERVE_CUDA_ORDERED=1|0
-  // overrides. Off by default until verified on a GPU.
+  // predicts bit for bit; it turns tensor_cores off, and small_batch_gemv then means
+  // kernels/gemv_ordered.cu (a thread per chunk). MIXSERVE_CUDA_ORDERED=1|0 overrides. Off by
+  // default until measured faster on a GPU.
   bool ordered_sums = false;
   // Programmatic dependent launch (kernels/cuda_common.cuh) in forward passes of ≤ 64 rows: each
   // kernel may launch while the previous one finishes, hiding part of the gap between the ~90

@@ -81,10 +81,11 @@ struct DevMatrix {
   // batch.
   bool tensor_cores = false;
   // CUDA-core path, M ≤ 8: gemv.cu's kernel (W and A in double-buffered chunks, W by cp.async,
-  // then the same per-output FMA chain), bit-identical to the tiled kernel.
+  // then the same per-output FMA chain), or with ordered_sums gemv_ordered.cu's (a thread per chunk
+  // of K) — bit-identical to the tiled kernel in the same order.
   bool small_batch_gemv = false;
   // The K-chunked summation order of sum_order.h on CUDA cores (gemm.cu), which its host emulator
-  // predicts bit for bit (the backend turns tensor_cores and small_batch_gemv off with it).
+  // predicts bit for bit (the backend turns tensor_cores off with it).
   bool ordered_sums = false;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).

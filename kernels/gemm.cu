@@ -246,6 +246,7 @@ void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, cons
   if (M <= 0) return;
   if (w.tensor_cores)
     return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
+  if (gemv_ordered_applies(w, M)) return gemm_small_batch_ordered(stream, in, w, M, out);
   if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);  // same bits, M ≤ 8
   PlainLoader a{in, w.k, nullptr, nullptr};
   dispatch(stream, a, w, M, w.k, 1, out, nullptr);

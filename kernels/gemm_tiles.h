@@ -1,9 +1,11 @@
-// Which tile gemm.cu runs for a projection: plain C++, so the CPU tests (tests/engine/
-// test_gemm_tiles.cc) check the choice without a GPU. The tile never changes a row's arithmetic
-// (one FMA chain per output, or the K-chunked order): only how many blocks share the work.
+// Which tile gemm.cu runs for a projection, and the block geometry of gemv_ordered.cu: plain C++,
+// so the CPU tests (tests/engine/test_gemm_tiles.cc) check them without a GPU. Neither changes a
+// row's arithmetic (one FMA chain per output, or the K-chunked order): only how the work is shared.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/sum_order.h"  // MIXSERVE_HD, kSumChunk
 
 namespace mixserve::cuda {
 
@@ -28,6 +30,32 @@ constexpr GemmTile gemm_tile(int M, int N, int chunks, int multiprocessors) {
   for (GemmTile t : {kTile64, kTile32})
     if (gemm_blocks(t, M, N, chunks) >= multiprocessors) return t;
   return kTile16;
+}
+
+// gemv_ordered.cu (M ≤ 8 in the K-chunked order): `per_output` threads share an output's chunks of
+// 64 (the chunk count rounded up to a power of two, at most 256: a thread takes chunks c, c +
+// per_output, ...), `outputs` outputs a block, `threads` = per_output · outputs, between 32 and
+// 256 — about 8 outputs a block, so a block's copy of the rows of A serves several outputs.
+struct SplitGemvShape {
+  int per_output, outputs, threads;
+};
+MIXSERVE_HD constexpr SplitGemvShape split_gemv_shape(int K) {
+  const int chunks = sum_chunks(K);
+  int per_output = 1;
+  while (per_output < chunks && per_output < 256) per_output *= 2;
+  int threads = per_output * 8;
+  threads = threads < 32 ? 32 : threads > 256 ? 256 : threads;
+  return {per_output, threads / per_output, threads};
+}
+// Where term k of a row of A sits in that kernel's shared copy: 4 floats of padding after every
+// chunk, so the lanes reading chunks c, c + 1, ... (one 16-byte load each) hit distinct banks.
+MIXSERVE_HD constexpr int split_gemv_padded(int k) {
+  return k + k / kSumChunk * 4;
+}
+// The kernel's shared floats: M rows of A, then every chunk sum of the block's outputs (8 rows).
+MIXSERVE_HD constexpr int64_t split_gemv_smem_floats(int M, int K) {
+  const SplitGemvShape s = split_gemv_shape(K);
+  return int64_t{M} * split_gemv_padded(K) + int64_t{s.outputs} * sum_chunks(K) * 8;
 }
 
 }  // namespace mixserve::cuda

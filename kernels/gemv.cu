@@ -139,7 +139,8 @@ bool gemv_applies(const DevMatrix& w, int M) {
       w.type == CudaWeightType::kF32 || (w.type == CudaWeightType::kInt8 && w.k % 4 == 0) ||
       (w.type == CudaWeightType::kInt4 && w.k % kInt4Group == 0) ||
       ((w.type == CudaWeightType::kF16 || w.type == CudaWeightType::kBF16) && w.k % 2 == 0);
-  return w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows && whole_words;
+  return w.small_batch_gemv && !w.tensor_cores && !w.ordered_sums && M >= 1 && M <= kRows &&
+         whole_words;
 }
 
 void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,

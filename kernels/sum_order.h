@@ -90,6 +90,27 @@ MIXSERVE_HD inline float sum_mul(float a, float b) {
 #endif
 }
 
+// The order's K-split form (kernels/gemv_ordered.cu): chunk c's terms are k in
+// [chunk_begin(c), chunk_end(c, K)), summed on their own by an FMA chain from +0; then the chunk
+// sums s[0], s[stride], ... (one per chunk) are added as OrderedSum adds them: within each group
+// left to right, then the groups left to right. The same bits as the running form, by definition.
+MIXSERVE_HD constexpr int chunk_begin(int c) {
+  return c * kSumChunk;
+}
+MIXSERVE_HD constexpr int chunk_end(int c, int K) {
+  return (c + 1) * kSumChunk < K ? (c + 1) * kSumChunk : K;
+}
+MIXSERVE_HD inline float combine_chunks(const float* s, int chunks, int stride) {
+  float all = 0.0f;
+  for (int g0 = 0; g0 < chunks; g0 += kSumGroup) {
+    float group = s[g0 * stride];
+    for (int c = g0 + 1; c < g0 + kSumGroup && c < chunks; ++c)
+      group = sum_add(group, s[c * stride]);
+    all = g0 == 0 ? group : sum_add(all, group);
+  }
+  return all;
+}
+
 // One output's running sum in the order above. fma() one term at a time; end_chunk() when a chunk
 // ends (ends_chunk), end_group() when a group ends (after end_chunk). total() once all of K is in.
 struct OrderedSum {

@@ -96,7 +96,8 @@ std::vector<Setting> settings() {
   for (CudaWeightType t : {CudaWeightType::kInt8, CudaWeightType::kInt4}) {
     all.push_back({t, false, false});
     all.push_back({t, false, true});  // gemv.cu at M ≤ 8
-    all.push_back({t, true, false});  // the backend turns gemv.cu off with ordered sums
+    all.push_back({t, true, false});
+    all.push_back({t, true, true});  // gemv_ordered.cu at M ≤ 8
   }
   return all;
 }
@@ -147,7 +148,7 @@ TEST_P(QuantizedCuda, DecodeEqualsPrefillAndBatchInvariance) {
     bool gemv, ordered;
   };
   for (CudaWeightType wt : {CudaWeightType::kInt8, CudaWeightType::kInt4})
-    for (Mode mode : {Mode{false, false}, Mode{true, false}, Mode{false, true}}) {
+    for (Mode mode : {Mode{false, false}, Mode{true, false}, Mode{false, true}, Mode{true, true}}) {
       SCOPED_TRACE(std::string(wt == CudaWeightType::kInt8 ? "int8" : "int4") +
                    (mode.gemv ? " gemv" : "") + (mode.ordered ? " ordered" : ""));
       auto gpu = quantized_backend(fx_, wt, mode.gemv, mode.ordered);

@@ -2,7 +2,8 @@
 // output's bits equal ordered_dot over the same (widened) weights plus the bias, in float32,
 // float16 and bfloat16, at K on and off the chunk and group boundaries, for M that reach each tile
 // shape of kernels/gemm_tiles.h (8×16 at M ≤ 8, then 16×16, 32×32 or 64×64 by the blocks each
-// gives). Skips without a GPU.
+// gives), and at M ≤ 8 with the small-batch kernel (kernels/gemv_ordered.cu) too. Skips without
+// a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -24,7 +25,7 @@ float widened(float w, CudaWeightType t) {
   return w;
 }
 
-void check(CudaWeightType type, int M, int N, int K, uint32_t seed) {
+void check(CudaWeightType type, int M, int N, int K, uint32_t seed, bool gemv = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(M) * K), w(static_cast<size_t>(N) * K), bias(N);
@@ -33,6 +34,7 @@ void check(CudaWeightType type, int M, int N, int K, uint32_t seed) {
   for (float& v : bias) v = dist(rng);
   DeviceWeights dw(type);
   dw.use_ordered_sums(true);
+  dw.use_small_batch_gemv(gemv);  // M ≤ 8: gemv_ordered.cu (where it applies) instead of the tile
   const DevMatrix m = dw.matrix(w.data(), bias.data(), N, K);
   ASSERT_TRUE(m.ordered_sums);
   DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(M) * N);
@@ -48,8 +50,9 @@ void check(CudaWeightType type, int M, int N, int K, uint32_t seed) {
       uint32_t a, b;
       std::memcpy(&a, &want, 4);
       std::memcpy(&b, &got, 4);
-      ASSERT_EQ(a, b) << "type " << static_cast<int>(type) << " M " << M << " N " << N << " K " << K
-                      << " row " << r << " output " << n << ": " << got << " vs emulated " << want;
+      ASSERT_EQ(a, b) << "type " << static_cast<int>(type) << (gemv ? " gemv" : "") << " M " << M
+                      << " N " << N << " K " << K << " row " << r << " output " << n << ": " << got
+                      << " vs emulated " << want;
     }
   }
 }
@@ -58,7 +61,11 @@ TEST(OrderedSums, GemmBitsEqualTheHostEmulator) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   for (CudaWeightType t : {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16})
     for (int K : {64, 128, 200, 256, 300, 512, 1024, 4096})
-      for (int M : {1, 3, 8, 9, 64}) check(t, M, 96, K, 7 * K + M);
+      for (int M : {1, 3, 8, 9, 64})
+        for (bool gemv : {false, true}) {
+          if (gemv && M > 8) continue;
+          check(t, M, 96, K, 7 * K + M, gemv);
+        }
   // The tiles above 16×16 (kernels/gemm_tiles.h, with the H100's or H200's 132 multiprocessors):
   check(CudaWeightType::kF16, 256, 640, 512, 1);    // 8 × 20 blocks of 32×32
   check(CudaWeightType::kF16, 1024, 1088, 512, 1);  // 16 × 17 blocks of 64×64

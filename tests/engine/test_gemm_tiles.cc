@@ -2,6 +2,9 @@
 // step gives on the H100 (132 multiprocessors) and the rule's properties over many shapes.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <vector>
+
 #include "kernels/gemm_tiles.h"
 
 namespace mixserve::cuda {
@@ -45,6 +48,38 @@ TEST(GemmTiles, LargestTileThatCoversEveryMultiprocessor) {
             }
           }
         }
+}
+
+// gemv_ordered.cu's blocks: every chunk of every output is summed by exactly one thread, a block's
+// threads are whole warps (32–256), and its shared memory (A's rows, padded, and the chunk sums)
+// stays under the 48 KB the kernel applies within at the shapes it serves.
+TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
+  for (int K = 16; K <= 16384; K += 16) {
+    const SplitGemvShape s = split_gemv_shape(K);
+    ASSERT_EQ(s.threads, s.per_output * s.outputs) << K;
+    ASSERT_TRUE(s.threads >= 32 && s.threads <= 256 && s.threads % 32 == 0) << K;
+    std::vector<int> seen(static_cast<size_t>(s.outputs) * sum_chunks(K), 0);
+    for (int t = 0; t < s.threads; ++t)
+      for (int c = t % s.per_output; c < sum_chunks(K); c += s.per_output)
+        ++seen[static_cast<size_t>(t / s.per_output) * sum_chunks(K) + c];
+    for (int v : seen) ASSERT_EQ(v, 1) << "K " << K;
+  }
+  EXPECT_EQ(split_gemv_shape(128).outputs, 16);  // d = 128: 16 outputs, 2 threads each
+  EXPECT_EQ(split_gemv_shape(512).outputs, 8);
+  EXPECT_EQ(split_gemv_shape(4096).outputs, 4);  // 64 threads an output
+  EXPECT_LE(split_gemv_smem_floats(8, 1024) * 4, 48 * 1024);
+  EXPECT_LE(split_gemv_smem_floats(2, 4096) * 4, 48 * 1024);
+}
+
+// The padding puts the 16-byte reads of 8 lanes at chunks c … c + 7 (same offset in each) on 8
+// distinct groups of 4 banks, so a quarter-warp's read is one transaction.
+TEST(GemmTiles, SplitGemvPaddingSpreadsChunksOverTheBanks) {
+  for (int c0 = 0; c0 < 64; c0 += 8)
+    for (int kk = 0; kk < 64; kk += 4) {
+      std::set<int> banks;
+      for (int c = c0; c < c0 + 8; ++c) banks.insert(split_gemv_padded(c * 64 + kk) / 4 % 8);
+      EXPECT_EQ(banks.size(), 8u) << c0 << " " << kk;
+    }
 }
 
 }  // namespace

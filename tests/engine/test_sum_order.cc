@@ -8,6 +8,7 @@
 // K-chunked order every kernel loop gives it too; the int4 device layout round-trips.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -91,6 +92,22 @@ float small_batch(const Data& d, int K) {
   return s.total();
 }
 
+// gemv_ordered.cu: a thread per chunk, each chunk's terms in steps of 16 (the kernel's vector
+// loads; the last step of a chunk may be partial here, where K is not a multiple of 16), the chunk
+// sums written to a strided buffer (the kernel's [chunk][row]) and added by combine_chunks.
+float k_split(const Data& d, int K) {
+  constexpr int kStride = 8;  // the kernel's rows a chunk's sums are interleaved with
+  std::vector<float> sums(static_cast<size_t>(sum_chunks(K)) * kStride, -1.0f);
+  for (int c = sum_chunks(K) - 1; c >= 0; --c) {  // in any order: chunks are independent
+    float acc = 0.0f;
+    for (int k0 = chunk_begin(c); k0 < chunk_end(c, K); k0 += 16)
+      for (int k = k0; k < std::min(k0 + 16, chunk_end(c, K)); ++k)
+        acc = sum_fma(d.a[k], d.w[k], acc);
+    sums[static_cast<size_t>(c) * kStride] = acc;
+  }
+  return combine_chunks(sums.data(), sum_chunks(K), kStride);
+}
+
 TEST(SumOrder, TheEmulatorIsADotProductWithinFloat32sBound) {
   for (int K : kKs) {
     const Data d = random_data(K, 1 + K);
@@ -115,6 +132,7 @@ TEST(SumOrder, EveryKernelLoopGivesTheEmulatorsBits) {
         EXPECT_EQ(bits(split_k(d, K, bk)), want) << "split-K, bk " << bk << ", K " << K;
       }
       EXPECT_EQ(bits(small_batch(d, K)), want) << "small batch, K " << K;
+      EXPECT_EQ(bits(k_split(d, K)), want) << "K split, K " << K;
     }
 }
 
@@ -252,6 +270,7 @@ TEST(SumOrder, QuantizedKernelLoopsGiveTheEmulatorsBits) {
         EXPECT_EQ(bits(finish(split_k(d, K, bk))), want) << "split-K bk " << bk << ", K " << K;
       }
       EXPECT_EQ(bits(finish(small_batch(d, K))), want) << "small batch, K " << K;
+      EXPECT_EQ(bits(finish(k_split(d, K))), want) << "K split, K " << K;
     }
 }
 
