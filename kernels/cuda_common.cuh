@@ -29,8 +29,8 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
 // begins with kernel_prologue(): it waits until the previous kernel has finished and its writes
 // are visible (griddepcontrol.wait), then lets the next one launch (its blocks wait in turn). A
 // kernel reads nothing before the wait, so each still sees everything every earlier kernel wrote.
-// Without the launch attribute both instructions return at once. tests/engine (KernelPrologue)
-// checks that every kernel starts with it.
+// Without the launch attribute both instructions return at once. scripts/check-layout (a ctest)
+// fails a kernel that does not start with it, or one launched with <<<...>>>.
 __device__ __forceinline__ void kernel_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
