@@ -217,8 +217,8 @@ struct CudaBackend::Impl {
 
   // Every kernel of one forward pass over R rows of S sequences, logits for O rows.
   void run(int R, int S, int O) {
-    cuda::dependent_launch =
-        dependent_launch && R <= kDependentLaunchRows;  // for this pass's kernels
+    // For this pass's kernels (launch_kernel reads it).
+    cuda::dependent_launch = dependent_launch && R <= kDependentLaunchRows;
     const DevBatch b = device_batch(R, S);
     const int64_t table = table_offset(R, S, O);
     const int32_t* pages = meta_dev.get() + table + int64_t{n_layers} * (S + 1);

@@ -52,7 +52,7 @@ struct CudaBackendOptions {
   // Programmatic dependent launch (kernels/cuda_common.cuh) in forward passes of ≤ 64 rows: each
   // kernel may launch while the previous one finishes, hiding part of the gap between the ~90
   // kernels of a small batch's step. Needs compute capability 9.0 (off below it).
-  // MIXSERVE_CUDA_PDL= 1|0 overrides. On by default since its tests passed on an H100 (2026-11-27)
+  // MIXSERVE_CUDA_PDL=1|0 overrides. On by default since its tests passed on an H100 (2026-11-27)
   // and it took 2–13% off the batch-1 and batch-8 steps of every mixer (docs/cuda.md).
   bool dependent_launch = true;
   int device = 0;

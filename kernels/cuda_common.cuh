@@ -19,9 +19,6 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
                              " at " + file + ":" + std::to_string(line));
 }
 #define CUDA_CHECK(call) ::mixserve::cuda::check((call), #call, __FILE__, __LINE__)
-// After a launch: configuration errors show at once (execution errors at the next sync).
-#define CUDA_CHECK_LAUNCH() \
-  ::mixserve::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 // Programmatic dependent launch (sm_90, #24 item 3; CudaBackendOptions::dependent_launch): a
 // kernel may be launched while the previous kernel in its stream still runs, so its launch and
@@ -43,6 +40,7 @@ __device__ __forceinline__ void kernel_prologue() {
 inline std::atomic<bool> dependent_launch{false};
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the dependent-launch attribute when on.
+// Configuration errors throw at once (execution errors show at the next sync).
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, Args&&... args) {

@@ -83,8 +83,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   float acc[TM][TN];
   constexpr int kOrdered = Ordered ? TM * TN * NT : 1;
   constexpr int kTotals = Loader::kSplitK ? 1 : kOrdered;
-  __shared__ float grp[kOrdered],
-      all[kTotals];  // output (i, j) of thread tid: [(i·TN + j)·NT + tid]
+  // Output (i, j) of thread tid: [(i·TN + j)·NT + tid].
+  __shared__ float grp[kOrdered], all[kTotals];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -186,7 +186,6 @@ void launch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chun
     launch_kernel(gemm_kernel<WT, BM, BN, TM, TN, BK, false, Loader>, grid, threads, 0, stream, a,
                   static_cast<const WT*>(w.w), w.bias, w.group_scales(), w.output_scales(), M, w.n,
                   w.k, k_chunk, out, partial);
-  CUDA_CHECK_LAUNCH();
 }
 
 // The multiprocessors of the device the process uses (one device: CudaBackendOptions::device).
@@ -219,25 +218,9 @@ void dispatch_shape(cudaStream_t stream, Loader a, const DevMatrix& w, int M, in
 template <typename Loader>
 void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk, int chunks,
               const GemmOut& out, float* partial) {
-  switch (w.type) {
-    case CudaWeightType::kF32:
-      dispatch_shape<float>(stream, a, w, M, k_chunk, chunks, out, partial);
-      break;
-    case CudaWeightType::kF16:
-      dispatch_shape<__half>(stream, a, w, M, k_chunk, chunks, out, partial);
-      break;
-    case CudaWeightType::kBF16:
-      dispatch_shape<__nv_bfloat16>(stream, a, w, M, k_chunk, chunks, out, partial);
-      break;
-    case CudaWeightType::kInt8:
-      dispatch_shape<int8_t>(stream, a, w, M, k_chunk, chunks, out, partial);
-      break;
-    case CudaWeightType::kInt4:
-      dispatch_shape<PackedInt4>(stream, a, w, M, k_chunk, chunks, out, partial);
-      break;
-    case CudaWeightType::kAuto:
-      throw std::logic_error("unresolved weight type");
-  }
+  with_weight_type(w.type, [&](auto weight) {
+    dispatch_shape<decltype(weight)>(stream, a, w, M, k_chunk, chunks, out, partial);
+  });
 }
 
 }  // namespace
@@ -265,7 +248,6 @@ void gemm_lags(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int M, 
   const int64_t n = static_cast<int64_t>(M) * w.n;
   launch_kernel(lag_reduce_kernel, ceil_div(n, 256), 256, 0, stream, partial, w.bias,
                 w.output_scales(), in, M, w.n, out);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mixserve::cuda

@@ -41,6 +41,27 @@ __device__ __forceinline__ float widen(int8_t v) {  // int8: the sum runs over q
 struct PackedInt4 {
   uint8_t bits;
 };
+// f(WT{}) with the element type WT of a matrix of `type`: the one switch every CUDA-core GEMM's
+// launcher goes through.
+template <typename F>
+void with_weight_type(CudaWeightType type, F&& f) {
+  switch (type) {
+    case CudaWeightType::kF32:
+      return f(float{});
+    case CudaWeightType::kF16:
+      return f(__half{});
+    case CudaWeightType::kBF16:
+      return f(__nv_bfloat16{});
+    case CudaWeightType::kInt8:
+      return f(int8_t{});
+    case CudaWeightType::kInt4:
+      return f(PackedInt4{});
+    case CudaWeightType::kAuto:
+      break;
+  }
+  throw std::logic_error("unresolved weight type");
+}
+
 // Bits a weight of type WT takes in device memory.
 template <typename WT>
 __host__ __device__ constexpr int weight_bits() {

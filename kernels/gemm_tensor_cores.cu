@@ -154,7 +154,6 @@ void gemm_tensor_cores(cudaStream_t stream, const GemmIn& in, const DevMatrix& w
     default:
       throw std::logic_error("tensor-core GEMM needs float16 or bfloat16 weights");
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mixserve::cuda

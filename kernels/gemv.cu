@@ -147,34 +147,11 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
                       const GemmOut& out) {
   PlainLoader a{in, w.k, nullptr, nullptr};
   const int blocks = ceil_div(w.n, kOutputs);
-  switch (w.type) {
-    case CudaWeightType::kF32:
-      launch_kernel(gemv_kernel<float>, blocks, kThreads, 0, stream, a,
-                    static_cast<const float*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
-      break;
-    case CudaWeightType::kF16:
-      launch_kernel(gemv_kernel<__half>, blocks, kThreads, 0, stream, a,
-                    static_cast<const __half*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k, out);
-      break;
-    case CudaWeightType::kBF16:
-      launch_kernel(gemv_kernel<__nv_bfloat16>, blocks, kThreads, 0, stream, a,
-                    static_cast<const __nv_bfloat16*>(w.w), w.bias, nullptr, nullptr, M, w.n, w.k,
-                    out);
-      break;
-    case CudaWeightType::kInt8:
-      launch_kernel(gemv_kernel<int8_t>, blocks, kThreads, 0, stream, a,
-                    static_cast<const int8_t*>(w.w), w.bias, nullptr, w.output_scales(), M, w.n,
-                    w.k, out);
-      break;
-    case CudaWeightType::kInt4:
-      launch_kernel(gemv_kernel<PackedInt4>, blocks, kThreads, 0, stream, a,
-                    static_cast<const PackedInt4*>(w.w), w.bias, w.group_scales(), nullptr, M, w.n,
-                    w.k, out);
-      break;
-    case CudaWeightType::kAuto:
-      throw std::logic_error("unresolved weight type");
-  }
-  CUDA_CHECK_LAUNCH();
+  with_weight_type(w.type, [&](auto weight) {
+    using WT = decltype(weight);
+    launch_kernel(gemv_kernel<WT>, blocks, kThreads, 0, stream, a, static_cast<const WT*>(w.w),
+                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out);
+  });
 }
 
 }  // namespace mixserve::cuda

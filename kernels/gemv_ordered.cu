@@ -76,11 +76,7 @@ __device__ __forceinline__ void load_step(const PackedInt4* W, const float* grou
   const float scale =
       group_scales[static_cast<int64_t>(n) * groups + k0 / static_cast<int>(kInt4Group)];
 #pragma unroll
-  for (int e = 0; e < 16; ++e) {
-    const uint32_t bits = e < 8 ? v.x : v.y;
-    const int q = static_cast<int>((bits >> (e % 8 * 4)) & 15) - 8;
-    w[e] = int4_weight(q, scale);
-  }
+  for (int e = 0; e < 16; ++e) w[e] = int4_weight(int4_nibble(e < 8 ? v.x : v.y, e % 8), scale);
 }
 
 template <typename WT>
@@ -141,16 +137,6 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
-template <typename WT>
-void launch(cudaStream_t stream, const PlainLoader& a, const DevMatrix& w,
-            const float* group_scales, const float* output_scales, int M, const GemmOut& out) {
-  const SplitGemvShape shape = split_gemv_shape(w.k);
-  const size_t smem = static_cast<size_t>(split_gemv_smem_floats(M, w.k)) * sizeof(float);
-  launch_kernel(gemv_ordered_kernel<WT>, ceil_div(w.n, shape.outputs), shape.threads, smem, stream,
-                a, static_cast<const WT*>(w.w), w.bias, group_scales, output_scales, M, w.n, w.k,
-                shape, out);
-}
-
 }  // namespace
 
 bool gemv_ordered_applies(const DevMatrix& w, int M) {
@@ -163,25 +149,14 @@ bool gemv_ordered_applies(const DevMatrix& w, int M) {
 void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                               const GemmOut& out) {
   const PlainLoader a{in, w.k, nullptr, nullptr};
-  switch (w.type) {
-    case CudaWeightType::kF32:
-      launch<float>(stream, a, w, nullptr, nullptr, M, out);
-      break;
-    case CudaWeightType::kF16:
-      launch<__half>(stream, a, w, nullptr, nullptr, M, out);
-      break;
-    case CudaWeightType::kBF16:
-      launch<__nv_bfloat16>(stream, a, w, nullptr, nullptr, M, out);
-      break;
-    case CudaWeightType::kInt8:
-      launch<int8_t>(stream, a, w, nullptr, w.output_scales(), M, out);
-      break;
-    case CudaWeightType::kInt4:
-      launch<PackedInt4>(stream, a, w, w.group_scales(), nullptr, M, out);
-      break;
-    case CudaWeightType::kAuto:
-      throw std::logic_error("unresolved weight type");
-  }
+  const SplitGemvShape shape = split_gemv_shape(w.k);
+  const size_t smem = static_cast<size_t>(split_gemv_smem_floats(M, w.k)) * sizeof(float);
+  with_weight_type(w.type, [&](auto weight) {
+    using WT = decltype(weight);
+    launch_kernel(gemv_ordered_kernel<WT>, ceil_div(w.n, shape.outputs), shape.threads, smem,
+                  stream, a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
+                  w.output_scales(), M, w.n, w.k, shape, out);
+  });
 }
 
 }  // namespace mixserve::cuda

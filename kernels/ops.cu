@@ -96,41 +96,35 @@ void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedP
            float* x) {
   if (rows == 0) return;
   launch_kernel(embed_kernel, rows, 128, 0, stream, b, d, p, x);
-  CUDA_CHECK_LAUNCH();
 }
 
 void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y) {
   if (rows == 0) return;
   launch_kernel(layer_norm_kernel, rows, 128, 0, stream, x, d, n, y);
-  CUDA_CHECK_LAUNCH();
 }
 
 void init_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,
                 const InitRuns& runs) {
   if (n == 0) return;
   launch_kernel(init_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, pages, n, pf, runs);
-  CUDA_CHECK_LAUNCH();
 }
 
 void gather_pages(cudaStream_t stream, const float* pool, const int32_t* pages, int n, int pf,
                   float* out) {
   if (n == 0) return;
   launch_kernel(gather_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, pages, n, pf, out);
-  CUDA_CHECK_LAUNCH();
 }
 
 void scatter_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,
                    const float* in) {
   if (n == 0) return;
   launch_kernel(scatter_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, pages, n, pf, in);
-  CUDA_CHECK_LAUNCH();
 }
 
 void copy_pages(cudaStream_t stream, float* pool, const int32_t* from, const int32_t* to, int n,
                 int pf) {
   if (n == 0) return;
   launch_kernel(copy_pages_kernel, blocks_for(n, pf), 256, 0, stream, pool, from, to, n, pf);
-  CUDA_CHECK_LAUNCH();
 }
 
 // --- weights -------------------------------------------------------------------------------

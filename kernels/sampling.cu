@@ -370,7 +370,6 @@ void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
   launch_kernel(sample_kernel, n, kThreads, dyn, stream, logits, V, Vpad, dev_rows, dev_lists,
                 z_.get(), in_shared ? nullptr : keys_.get(), in_shared ? nullptr : ids_.get(), n,
                 out_dev_.get());
-  CUDA_CHECK_LAUNCH();
   // Only the tokens come back unless a row asked for logprobs.
   CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(),
                              sizeof(int32_t) * (logprobs ? out_ints : n), cudaMemcpyDeviceToHost,

@@ -178,8 +178,12 @@ MIXSERVE_HD inline float int4_weight(int q, float scale) {
 MIXSERVE_HD constexpr int64_t int4_row_bytes(int K) {
   return (K + 1) / 2;
 }
+// Nibble i of `bits` (i = 0 the lowest) as the value q it stores.
+MIXSERVE_HD inline int int4_nibble(uint32_t bits, int i) {
+  return static_cast<int>((bits >> (i * 4)) & 15) - 8;
+}
 MIXSERVE_HD inline int int4_q(const uint8_t* row, int k) {
-  return ((row[k >> 1] >> ((k & 1) * 4)) & 15) - 8;
+  return int4_nibble(row[k >> 1], k & 1);
 }
 // W's int4 values in that layout (unused nibbles hold q = 0).
 inline std::vector<uint8_t> pack_int4_rows(const QuantizedMatrix& m) {

@@ -134,11 +134,9 @@ class CudaAft : public CudaPart {
                     window_, pos_bias_, mixed);
     } else {
       launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
-      CUDA_CHECK_LAUNCH();
       launch_kernel(aft_full_kernel, dim3(rows, ceil_div(d, 128)), 128, 0, st.stream, st.batch,
                     st.pages, qkv, d, l_, pos_bias_, mixed);
     }
-    CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
 

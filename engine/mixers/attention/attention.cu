@@ -137,10 +137,8 @@ class CudaAttention : public CudaPart {
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     launch_kernel(rope_append_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d, h_, cos_,
                   sin_);
-    CUDA_CHECK_LAUNCH();
     launch_kernel(attention_kernel, dim3(rows, n_), kAttnWarps * 32, smem_, st.stream, st.batch,
                   st.pages, qkv, d, h_, st.s.mixed);
-    CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
 

@@ -87,10 +87,8 @@ class CudaExtractor : public CudaPart {
       const bool me = kind_ == MixerKind::kMe;
       launch_kernel(fir_kernel, grid, 128, 0, st.stream, st.batch, st.pages, src, d, window_, ext_,
                     me, me ? st.x : ext, me);
-      CUDA_CHECK_LAUNCH();
     }
     launch_kernel(push_ring_kernel, rows, 128, 0, st.stream, st.batch, st.pages, src, d, window_);
-    CUDA_CHECK_LAUNCH();
     if (kind_ == MixerKind::kMe) return;
     if (out_.empty()) {
       gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));

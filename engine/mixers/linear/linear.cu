@@ -190,7 +190,6 @@ class CudaLinear : public CudaPart {
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
     launch_kernel(linear_kernel, st.batch.n_seq * p_.n, threads_, smem_, st.stream, st.batch,
                   st.pages, st.s.proj, p_, s_in_smem_, st.s.mixed);
-    CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
 

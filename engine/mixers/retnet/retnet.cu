@@ -132,7 +132,6 @@ class CudaRetnet : public CudaPart {
     launch_kernel(retnet_kernel, st.batch.n_seq * sh_.n, threads, smem_, st.stream, st.batch,
                   st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, gn_w_,
                   s_in_smem_, st.s.mixed);
-    CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }
 

@@ -94,7 +94,6 @@ class CudaRwkv : public CudaPart {
     gemm(st.stream, rows_of(xr, d), receptance_, rows, to(r, d));
     launch_kernel(wkv_kernel, ceil_div(int64_t{st.batch.n_seq} * d, 128), 128, 0, st.stream,
                   st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed);
-    CUDA_CHECK_LAUNCH();
     gemm(st.stream, rows_of(st.s.mixed, d), output_, rows, to(st.x, d, Epi::kAdd));
   }
 
@@ -110,7 +109,6 @@ void token_shift(const PartStep& st, const float* xn, int64_t state_offset,
                  const ShiftMixes& mixes) {
   launch_kernel(token_shift_kernel, ceil_div(int64_t{st.batch.n_seq} * st.d, 128), 128, 0,
                 st.stream, st.batch, st.pages, xn, st.d, state_offset, mixes);
-  CUDA_CHECK_LAUNCH();
 }
 
 std::unique_ptr<CudaPart> make_cuda_rwkv(const ModelConfig& cfg, const LayerConfig& layer,
