@@ -1,47 +1,80 @@
 #include "engine/block_tables.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace mixserve {
 
-BlockTables::BlockTables(int n_slots, int n_scratch, int n_layers, int max_blocks)
-    : n_slots_(n_slots),
-      n_scratch_(n_scratch),
-      n_layers_(n_layers),
-      max_blocks_(max_blocks),
-      table_(static_cast<size_t>(n_slots + n_scratch) * n_layers * max_blocks, -1),
-      owner_(n_slots, nullptr),
-      last_used_(n_slots, 0) {
-  if (n_slots < 1 || n_scratch < 0 || n_layers < 1 || max_blocks < 1)
-    throw std::invalid_argument("BlockTables: slots, layers and blocks must be positive");
+BlockTables::BlockTables(std::vector<int32_t> layer_blocks, int n_slots, bool verify)
+    : layer_blocks_(std::move(layer_blocks)), verify_(verify) {
+  if (layer_blocks_.empty() || n_slots < 1)
+    throw std::invalid_argument("BlockTables: needs a layer and a slot");
+  for (int32_t b : layer_blocks_) {
+    if (b < 1) throw std::invalid_argument("BlockTables: a layer holds at least one block");
+    layer_base_.push_back(slot_stride_);
+    slot_stride_ += b;
+  }
+  grow(n_slots);
 }
 
-void BlockTables::sync(int32_t slot, const std::vector<std::vector<int32_t>>& pages,
-                       std::vector<BlockWrite>& writes) {
-  if (static_cast<int>(pages.size()) != n_layers_)
+void BlockTables::grow(int n_slots) {
+  if (static_cast<double>(n_slots) * static_cast<double>(slot_stride_) > INT32_MAX)
+    throw std::length_error("BlockTables: " + std::to_string(n_slots) + " slots of " +
+                            std::to_string(slot_stride_) + " entries pass 2^31 entries");
+  table_.resize(static_cast<size_t>(n_slots * slot_stride_), -1);
+  owner_.resize(n_slots, nullptr);
+  last_used_.resize(n_slots, 0);
+  generation_.resize(n_slots, 0);
+  synced_.resize(static_cast<size_t>(n_slots) * layer_blocks_.size(), 0);
+}
+
+void BlockTables::sync_layer(int32_t slot, int l, const std::vector<int32_t>& pages, size_t from,
+                             bool compare, std::vector<BlockWrite>& writes) {
+  if (static_cast<int64_t>(pages.size()) > layer_blocks_[l])
+    throw std::length_error("BlockTables: layer " + std::to_string(l) + " holds " +
+                            std::to_string(pages.size()) + " pages, the table " +
+                            std::to_string(layer_blocks_[l]));
+  int32_t* row = &table_[index(slot, l, 0)];
+  for (size_t b = from; b < pages.size(); ++b)
+    if (!compare || row[b] != pages[b]) {
+      row[b] = pages[b];
+      writes.push_back({slot, l, static_cast<int32_t>(b), pages[b]});
+    }
+  synced_[static_cast<size_t>(slot) * n_layers() + l] = static_cast<int32_t>(pages.size());
+}
+
+void BlockTables::sync(int32_t slot, const SequenceState& state, std::vector<BlockWrite>& writes) {
+  const auto& pages = state.layer_pages;
+  if (pages.size() != layer_base_.size())
     throw std::invalid_argument("BlockTables: a state has " + std::to_string(pages.size()) +
-                                " layers, the table " + std::to_string(n_layers_));
-  for (int l = 0; l < n_layers_; ++l) {
+                                " layers, the table " + std::to_string(layer_base_.size()));
+  const bool appended = state.generation != 0 && generation_[slot] == state.generation;
+  generation_[slot] = state.generation;
+  const int32_t* synced = &synced_[static_cast<size_t>(slot) * n_layers()];
+  for (int l = 0; l < n_layers(); ++l) {
     const std::vector<int32_t>& p = pages[l];
-    if (static_cast<int>(p.size()) > max_blocks_)
-      throw std::length_error("BlockTables: layer " + std::to_string(l) + " holds " +
-                              std::to_string(p.size()) + " pages, the table " +
-                              std::to_string(max_blocks_));
-    int32_t* row = &table_[index(slot, l, 0)];
-    for (int b = 0; b < static_cast<int>(p.size()); ++b)
-      if (row[b] != p[b]) {
-        row[b] = p[b];
-        writes.push_back({slot, l, b, p[b]});
-      }
+    if (appended && p.size() >= static_cast<size_t>(synced[l])) {
+      sync_layer(slot, l, p, synced[l], false, writes);  // only the appended blocks
+      if (verify_ && !std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)]))
+        throw std::logic_error("BlockTables: layer " + std::to_string(l) +
+                               "'s page list changed in place within generation " +
+                               std::to_string(state.generation));
+    } else if (!std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)])) {
+      sync_layer(slot, l, p, 0, true, writes);
+    } else {
+      synced_[static_cast<size_t>(slot) * n_layers() + l] = static_cast<int32_t>(p.size());
+    }
   }
 }
 
 void BlockTables::plan(const std::vector<const SequenceState*>& batch, std::vector<int32_t>& slots,
                        std::vector<BlockWrite>& writes) {
-  if (static_cast<int>(batch.size()) > n_slots_)
-    throw std::length_error("BlockTables: a batch of " + std::to_string(batch.size()) +
-                            " sequences, " + std::to_string(n_slots_) + " slots");
+  if (static_cast<int>(batch.size()) > n_slots()) {
+    int n = n_slots();
+    while (n < static_cast<int>(batch.size())) n *= 2;
+    grow(n);
+  }
   ++step_;
   slots.assign(batch.size(), -1);
   // Sequences that had a slot keep it.
@@ -56,7 +89,7 @@ void BlockTables::plan(const std::vector<const SequenceState*>& batch, std::vect
   for (size_t i = 0; i < batch.size(); ++i) {
     if (slots[i] >= 0) continue;
     int32_t best = -1;
-    for (int32_t s = 0; s < n_slots_; ++s)
+    for (int32_t s = 0; s < n_slots(); ++s)
       if (last_used_[s] != step_ && (best < 0 || last_used_[s] < last_used_[best])) best = s;
     if (owner_[best]) slot_of_.erase(owner_[best]);
     owner_[best] = batch[i];
@@ -64,15 +97,7 @@ void BlockTables::plan(const std::vector<const SequenceState*>& batch, std::vect
     slots[i] = best;
     last_used_[best] = step_;
   }
-  for (size_t i = 0; i < batch.size(); ++i) sync(slots[i], batch[i]->layer_pages, writes);
-}
-
-void BlockTables::set_scratch(int i, const std::vector<std::vector<int32_t>>& pages,
-                              std::vector<BlockWrite>& writes) {
-  if (i < 0 || i >= n_scratch_)
-    throw std::out_of_range("BlockTables: scratch row " + std::to_string(i) + " of " +
-                            std::to_string(n_scratch_));
-  sync(scratch_slot(i), pages, writes);
+  for (size_t i = 0; i < batch.size(); ++i) sync(slots[i], *batch[i], writes);
 }
 
 }  // namespace mixserve

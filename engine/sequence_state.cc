@@ -1,8 +1,16 @@
 #include "engine/sequence_state.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace mixserve {
+
+namespace {
+std::atomic<uint64_t> last_generation{0};
+uint64_t next_generation() {
+  return last_generation.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+}  // namespace
 
 int32_t StateAllocator::layer_pages_for(int layer, int64_t tokens) const {
   return pages_holding(backend_.state_layouts()[layer].floats_for(tokens), backend_.page_floats());
@@ -110,9 +118,11 @@ void StateAllocator::keep_tables(SequenceState& s) {
   s.layer_pages.clear();
   s.capacity_tokens = 0;
   s.shared = false;
+  s.generation = next_generation();
 }
 
 void StateAllocator::new_tables(SequenceState& s) {
+  s.generation = next_generation();
   if (spare_tables_.empty()) {
     s.layer_pages.assign(backend_.config().n_layers, {});
     return;

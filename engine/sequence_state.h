@@ -16,7 +16,26 @@ struct SequenceState {
   // Some page may have another holder (prefix reuse shares pages read-only). Set for good once
   // it happens: such a state's pages go back through the pool's counts, never to the spares.
   bool shared = false;
+  // Which page lists these are: StateAllocator gives a new, process-wide unique value whenever it
+  // replaces or empties them (new_tables, keep_tables); between two values they only grow at the
+  // end (grow). A device's block tables (engine/block_tables.h) then send only the appended
+  // entries. 0 (a state built by hand, or a copy) promises nothing: its lists are compared whole.
+  uint64_t generation = 0;
   bool allocated() const { return !layer_pages.empty(); }
+
+  SequenceState() = default;
+  SequenceState(SequenceState&&) = default;
+  SequenceState& operator=(SequenceState&&) = default;
+  // A copy's lists may then change apart from the original's: it keeps no generation.
+  SequenceState(const SequenceState& o)
+      : layer_pages(o.layer_pages), capacity_tokens(o.capacity_tokens), shared(o.shared) {}
+  SequenceState& operator=(const SequenceState& o) {
+    layer_pages = o.layer_pages;
+    capacity_tokens = o.capacity_tokens;
+    shared = o.shared;
+    generation = 0;
+    return *this;
+  }
 };
 
 class StateAllocator {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 
+#include "engine/block_tables.h"
+#include "engine/device_batch.h"
 #include "engine/mixers/registry.h"
 #include "engine/positions.h"
 #include "engine/sequence_state.h"
@@ -80,6 +82,14 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   DeviceBuffer<float> pool;
   std::vector<std::vector<int32_t>> scratch_pages;  // per layer: a dummy sequence's pages
+  // With block_tables: the table's plan, its device copy (entries uploaded whole when the slots
+  // grow, else through each step's writes) and scratch_pages on the device (padding rows' reads).
+  std::unique_ptr<BlockTables> tables;
+  DeviceBuffer<int32_t> table_dev, padding_dev;
+  int64_t table_dev_entries = 0;
+  std::vector<int64_t> padding_offset;  // [layer] into padding_dev
+  std::vector<int32_t> slots;
+  std::vector<BlockWrite> writes;
 
   DeviceWeights weights;
   struct Layer {
@@ -147,64 +157,58 @@ struct CudaBackend::Impl {
     logits_host.reserve(R * cfg.vocab_size);
   }
 
-  // meta: tokens [R], row_seq [R], row_pos [R], row_start [S+1], pos0 [S], out_rows [O],
-  // page-table starts [L][S+1], pages. Offsets depend on (R, S, O) only, so a graph captured for a
-  // bucket finds each array where it left it.
-  DevBatch device_batch(int R, int S) const {
+  // meta: engine/device_batch.h's layout, which depends on (R, S, O) only, so a graph captured
+  // for a bucket finds each array where it left it.
+  DevBatch device_batch(const DeviceBatchLayout& at) const {
     const int32_t* m = meta_dev.get();
     DevBatch b;
-    b.n_seq = S;
-    b.rows = R;
-    b.tokens = m;
-    b.row_seq = m + R;
-    b.row_pos = m + 2 * R;
-    b.row_start = m + 3 * R;
-    b.pos0 = m + 3 * R + S + 1;
-    b.out_rows = m + 3 * R + 2 * S + 1;
+    b.n_seq = at.S;
+    b.rows = at.R;
+    b.tokens = m + at.tokens();
+    b.row_seq = m + at.row_seq();
+    b.row_pos = m + at.row_pos();
+    b.row_start = m + at.row_start();
+    b.pos0 = m + at.pos0();
+    b.out_rows = m + at.out_rows();
     return b;
   }
-  int64_t table_offset(int R, int S, int O) const { return 3 * int64_t{R} + 2 * S + 1 + O; }
 
-  void fill_meta(const ForwardBatch& b, int R, int S, int O) {
-    const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
-    meta.assign(table_offset(R, S, O) + int64_t{n_layers} * (S + 1), 0);
-    int32_t *tok = meta.data(), *seq = tok + R, *pos = seq + R, *start = pos + R,
-            *pos0 = start + S + 1, *out = pos0 + S;
-    for (int s = 0; s < S; ++s) {
-      const bool real = s < n_seq;
-      const int r0 = real ? b.row_start[s] : rows + (s - n_seq),
-                r1 = real ? b.row_start[s + 1] : r0 + 1;
-      start[s] = r0;
-      pos0[s] = real ? b.pos0[s] : 0;
-      for (int r = r0; r < r1; ++r) {
-        tok[r] = real ? b.tokens[r] : 0;
-        seq[r] = s;
-        pos[r] = pos0[s] + (r - r0);
-      }
+  // Layer l's page tables of a pass laid out as `at`.
+  DevPages device_pages(const DeviceBatchLayout& at, int l) const {
+    DevPages pg;
+    pg.pool = pool.get();
+    pg.page_floats = page_floats;
+    pg.token_base = layouts[l].fixed_floats;
+    if (tables) {
+      pg.table = table_dev.get() + tables->layer_base(l);
+      pg.slot = meta_dev.get() + at.slots();
+      pg.slot_stride = tables->slot_stride();
+      pg.padding = padding_dev.get() + padding_offset[l];
+    } else {
+      pg.start = meta_dev.get() + at.page_starts(l);
+      pg.pages = meta_dev.get() + at.pages(n_layers);
     }
-    start[S] = R;
-    if (O == R)
-      for (int r = 0; r < R; ++r) out[r] = r;
-    else
-      for (int s = 0; s < S; ++s) out[s] = start[s + 1] - 1;
-    // Page tables: starts per (layer, sequence), relative to the pages array after them.
-    const int64_t table = table_offset(R, S, O), first_page = table + int64_t{n_layers} * (S + 1);
-    auto seq_pages = [&](int l, int s) -> const std::vector<int32_t>& {
-      return s < n_seq ? b.states[s]->layer_pages[l] : scratch_pages[l];
-    };
-    int64_t count = 0;
-    for (int l = 0; l < n_layers; ++l) {
-      for (int s = 0; s < S; ++s) {
-        meta[table + int64_t{l} * (S + 1) + s] = static_cast<int32_t>(count);
-        count += static_cast<int64_t>(seq_pages(l, s).size());
+    return pg;
+  }
+
+  void fill_meta(const ForwardBatch& b, const DeviceBatchLayout& at) {
+    pack_rows(b, at, meta);
+    if (tables) {
+      tables->plan(b.states, slots, writes);
+      if (tables->entries() != table_dev_entries) {  // the slots grew: a new table, uploaded whole
+        drop_graphs();
+        table_dev.reserve(tables->entries());
+        table_dev_entries = tables->entries();
+        CUDA_CHECK(cudaMemcpyAsync(table_dev.get(), tables->host_entries().data(),
+                                   table_dev_entries * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));  // from pageable memory the plan rewrites
       }
-      meta[table + int64_t{l} * (S + 1) + S] = static_cast<int32_t>(count);
+      pack_table_step(at, slots, writes, *tables, meta);
+      writes.clear();
+    } else {
+      pack_page_lists(b, at, scratch_pages, meta);
     }
-    meta.resize(first_page + count);
-    int32_t* dst = meta.data() + first_page;
-    for (int l = 0; l < n_layers; ++l)
-      for (int s = 0; s < S; ++s)
-        dst = std::copy(seq_pages(l, s).begin(), seq_pages(l, s).end(), dst);
     if (meta_dev.size() < meta.size()) {
       drop_graphs();
       meta_dev.reserve(meta.size() * 2);
@@ -216,18 +220,18 @@ struct CudaBackend::Impl {
   }
 
   // Every kernel of one forward pass over R rows of S sequences, logits for O rows.
-  void run(int R, int S, int O) {
+  void run(const DeviceBatchLayout& at) {
+    const int R = at.R, O = at.O;
     // For this pass's kernels (launch_kernel reads it).
     cuda::dependent_launch = dependent_launch && R <= kDependentLaunchRows;
-    const DevBatch b = device_batch(R, S);
-    const int64_t table = table_offset(R, S, O);
-    const int32_t* pages = meta_dev.get() + table + int64_t{n_layers} * (S + 1);
+    const DevBatch b = device_batch(at);
+    if (tables)
+      apply_table_writes(stream, meta_dev.get() + at.writes(), meta_dev.get() + at.write_count(),
+                         table_dev.get());
     embed(stream, b, R, d, embed_params, x.get());
     Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
     for (int l = 0; l < n_layers; ++l) {
-      DevPages pg{pool.get(), page_floats, meta_dev.get() + table + int64_t{l} * (S + 1), pages,
-                  layouts[l].fixed_floats};
-      PartStep st{stream, b, pg, x.get(), s, layers[l].ln1, R, d};
+      PartStep st{stream, b, device_pages(at, l), x.get(), s, layers[l].ln1, R, d};
       if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
       layers[l].mixer->forward(st);
       if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l + 1], stream));
@@ -239,13 +243,14 @@ struct CudaBackend::Impl {
     gemm(stream, in, head, O, to(logits.get(), cfg.vocab_size));
   }
 
-  void run_graph(int B) {
+  void run_graph(const DeviceBatchLayout& at) {
+    const int B = at.S;
     auto it = graphs.find(B);
     if (it == graphs.end()) {
       cudaGraph_t g = nullptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
       try {
-        run(B, B, B);
+        run(at);
       } catch (...) {
         cudaStreamEndCapture(stream, &g);
         if (g) cudaGraphDestroy(g);
@@ -317,6 +322,24 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   }
   CUDA_CHECK(cudaMemsetAsync(m.pool.get() + int64_t{m.total_pages} * m.page_floats, 0,
                              scratch * page_bytes, m.stream));
+  if (env_switch("MIXSERVE_CUDA_BLOCK_TABLES", opts.block_tables)) {
+    // Room for a state at max_seq_len, rounded up as StateAllocator::grow rounds.
+    std::vector<int32_t> blocks;
+    std::vector<int32_t> padding;
+    for (int i = 0; i < m.n_layers; ++i) {
+      const int64_t tokens = cfg.max_seq_len + StateAllocator::kGrowTokens;
+      blocks.push_back(static_cast<int32_t>((m.layouts[i].floats_for(tokens) + m.page_floats - 1) /
+                                            m.page_floats));
+      m.padding_offset.push_back(static_cast<int64_t>(padding.size()));
+      padding.insert(padding.end(), m.scratch_pages[i].begin(), m.scratch_pages[i].end());
+    }
+    // MIXSERVE_CUDA_BLOCK_TABLES_VERIFY=1: every page list compared in full as well (tests).
+    m.tables = std::make_unique<BlockTables>(
+        std::move(blocks), 1, env_switch("MIXSERVE_CUDA_BLOCK_TABLES_VERIFY", false));
+    m.padding_dev.reserve(padding.size());
+    CUDA_CHECK(cudaMemcpy(m.padding_dev.get(), padding.data(), padding.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice));
+  }
 
   DeviceWeights& dw = m.weights;
   // The K-chunked order is a CUDA-core order (the tiled kernel, gemv_ordered.cu at M ≤ 8): tensor
@@ -436,11 +459,12 @@ int CudaBackend::Impl::enqueue(const ForwardBatch& b) {
   const int O = b.all_logits ? R : S;
   reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
   CUDA_CHECK(cudaEventRecord(step_begin, stream));
-  fill_meta(b, R, S, O);
+  const DeviceBatchLayout at{R, S, O};
+  fill_meta(b, at);
   if (use_graph)
-    run_graph(S);
+    run_graph(at);
   else
-    run(R, S, O);
+    run(at);
   CUDA_CHECK(cudaEventRecord(step_end, stream));
   last_logit_rows = out_real;
   return out_real;
@@ -488,6 +512,9 @@ bool CudaBackend::ordered_sums() const {
 }
 bool CudaBackend::dependent_launch() const {
   return impl_->dependent_launch;
+}
+bool CudaBackend::block_tables() const {
+  return impl_->tables != nullptr;
 }
 
 // With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned

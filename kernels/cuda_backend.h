@@ -55,6 +55,13 @@ struct CudaBackendOptions {
   // MIXSERVE_CUDA_PDL=1|0 overrides. On by default since its tests passed on an H100 (2026-11-27)
   // and it took 2–13% off the batch-1 and batch-8 steps of every mixer (docs/cuda.md).
   bool dependent_launch = true;
+  // State pages found through a device-resident block table (engine/block_tables.h: a slot per
+  // sequence, slot × layer × block → page, kept between steps) instead of every page id of the
+  // batch uploaded every step; a step uploads its tokens, positions, slots and the few entries
+  // that changed. Padding rows of a padded decode batch then read pages no sequence owns and
+  // write no state (with page lists they share one scratch state and race on it).
+  // MIXSERVE_CUDA_BLOCK_TABLES=1|0 overrides. Off by default until it has passed on a GPU.
+  bool block_tables = false;
   int device = 0;
 };
 
@@ -91,6 +98,7 @@ class CudaBackend : public Backend {
   bool small_batch_gemv() const;
   bool ordered_sums() const;
   bool dependent_launch() const;
+  bool block_tables() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

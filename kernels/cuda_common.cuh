@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "kernels/page_table.h"
+
 namespace mixserve::cuda {
 
 inline void check(cudaError_t e, const char* what, const char* file, int line) {
@@ -74,25 +76,49 @@ struct DevBatch {
   const int32_t* out_rows = nullptr;   // rows whose logits are wanted
 };
 
-// One layer's page tables: sequence s holds pages[start[s] .. start[s+1]).
+// One layer's page tables, addressed one of two ways (CudaBackendOptions::block_tables):
+//   per-step page lists: sequence s holds pages[start[s] .. start[s+1]);
+//   the device-resident block table (engine/block_tables.h): sequence s holds the run of `table`
+//   (offset to this layer's first block) at slot[s] × slot_stride; a padding row (slot −1) reads
+//   `padding`, pages no sequence owns, and writes no state (kernels skip it: padding_row()).
 struct DevPages {
   float* pool = nullptr;
   int32_t page_floats = 0;
   const int32_t* start = nullptr;  // [n_seq + 1]
   const int32_t* pages = nullptr;
+  const int32_t* table = nullptr;  // null: page lists
+  const int32_t* slot = nullptr;   // [n_seq]
+  int64_t slot_stride = 0;
+  const int32_t* padding = nullptr;
   // Where the per-token rows begin: the layer's fixed region (StateLayout::fixed_floats), which
   // holds the FFN's state too (rwkv_channel_mix's x_prev) after the mixer's own.
   int64_t token_base = 0;
 
+  // A padding row of a padded decode batch, whose state writes are skipped (block tables only:
+  // with page lists every padding row shares one scratch state and writes it).
+  __device__ bool padding_row(int s) const { return table && slot[s] < 0; }
+  __device__ const int32_t* list(int s) const {
+    return table ? slot_pages(table, slot_stride, slot[s], padding) : pages + start[s];
+  }
   // Address of logical float `flat` of sequence s; a row-aligned run of ≤ d floats is contiguous.
   __device__ float* at(int s, int64_t flat) const {
-    const int32_t* p = pages + start[s];
-    return pool + static_cast<int64_t>(p[flat / page_floats]) * page_floats + flat % page_floats;
+    return pool + page_float(list(s), page_floats, flat);
   }
   // Float `i` of token `token`'s row of `token_floats` floats, of sequence s.
   __device__ float* token_row(int s, int64_t token, int64_t token_floats, int64_t i = 0) const {
     return at(s, token_base + token * token_floats + i);
   }
+  // One sequence's pages, its list looked up once (for loops over many of its tokens).
+  struct Seq {
+    float* pool;
+    const int32_t* list;
+    int32_t page_floats;
+    int64_t token_base;
+    __device__ float* token_row(int64_t token, int64_t token_floats, int64_t i = 0) const {
+      return pool + page_float(list, page_floats, token_base + token * token_floats + i);
+    }
+  };
+  __device__ Seq seq(int s) const { return Seq{pool, list(s), page_floats, token_base}; }
 };
 
 __device__ __forceinline__ float sigmoidf_(float x) {

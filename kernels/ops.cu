@@ -86,6 +86,17 @@ __global__ void copy_pages_kernel(float* pool, const int32_t* from, const int32_
   pool[static_cast<int64_t>(to[p]) * pf + i] = pool[static_cast<int64_t>(from[p]) * pf + i];
 }
 
+// Grid-stride over the count the step's meta holds: one launch of a fixed shape serves every step
+// a graph replays, whatever its number of writes.
+__global__ void apply_table_writes_kernel(const int32_t* writes, const int32_t* count,
+                                          int32_t* table) {
+  kernel_prologue();
+  const int64_t n = *count;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    apply_table_write(table, writes, i);
+}
+
 int blocks_for(int n, int pf) {
   return ceil_div(static_cast<int64_t>(n) * pf, 256);
 }
@@ -96,6 +107,11 @@ void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedP
            float* x) {
   if (rows == 0) return;
   launch_kernel(embed_kernel, rows, 128, 0, stream, b, d, p, x);
+}
+
+void apply_table_writes(cudaStream_t stream, const int32_t* writes, const int32_t* count,
+                        int32_t* table) {
+  launch_kernel(apply_table_writes_kernel, 16, 256, 0, stream, writes, count, table);
 }
 
 void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y) {

@@ -14,6 +14,10 @@ struct EmbedParams {
 // x[r] = scale·E[token] + P[pos], then the optional embed norm.
 void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p, float* x);
 
+// The block-table writes of a step (engine/device_batch.h): *count (index, page) pairs.
+void apply_table_writes(cudaStream_t stream, const int32_t* writes, const int32_t* count,
+                        int32_t* table);
+
 // Up to four runs of the fixed region with a non-zero initial value (running maxima).
 struct InitRuns {
   int n = 0;

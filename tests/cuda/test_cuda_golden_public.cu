@@ -67,7 +67,12 @@ std::vector<float> run_cuda(const PublicLayer& l, int chunk) {
   b.row_start = meta.get() + 2 * rows;
   b.pos0 = b.row_start + B + 1;
   const int32_t* starts = b.pos0 + B;
-  const DevPages pages{pool.get(), page_floats, starts, starts + B + 1, layout.fixed_floats};
+  DevPages pages;
+  pages.pool = pool.get();
+  pages.page_floats = page_floats;
+  pages.start = starts;
+  pages.pages = starts + B + 1;
+  pages.token_base = layout.fixed_floats;
   Scratch scratch;
   scratch.proj = proj.get();
   scratch.mixed = mixed.get();

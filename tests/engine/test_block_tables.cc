@@ -1,8 +1,9 @@
 // BlockTables (engine/block_tables.h), the host side of device-resident page tables: after every
 // step's writes, the device's entries for each sequence of the batch equal its page lists; a step
-// in which no sequence took a page writes nothing; a sequence keeps its slot while it runs; padding
-// rows have slots and pages of their own. The property test drives random admissions, growth,
-// prefix-cache page swaps, preemptions and finished requests whose SequenceState is reused.
+// in which no sequence took a page writes nothing; a sequence keeps its slot while it runs; a
+// batch of more sequences than slots grows the table and keeps every entry. The property test
+// drives random admissions, growth, prefix-cache page swaps, preemptions and finished requests
+// whose SequenceState is reused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,23 +12,29 @@
 #include <set>
 
 #include "engine/block_tables.h"
+#include "tests/support/page_schedule.h"
 
 namespace mixserve::testing {
 namespace {
 
 constexpr int kLayers = 3, kBlocks = 12;
 
-// The device's copy: entries written only through the plan's writes.
+// Layer 0 a constant-size state (2 pages), layers 1 and 2 growing ones.
+std::vector<int32_t> layer_blocks() {
+  return {2, kBlocks, kBlocks};
+}
+
+// The device's copy: entries written only through the plan's writes, and uploaded whole (as the
+// backend does) when the slots grew.
 struct Device {
   std::vector<int32_t> table;
   explicit Device(const BlockTables& t) : table(t.entries(), -1) {}
   void apply(const BlockTables& t, const std::vector<BlockWrite>& writes) {
-    for (const BlockWrite& w : writes)
-      table[(static_cast<int64_t>(w.slot) * t.n_layers() + w.layer) * t.max_blocks() + w.block] =
-          w.page;
+    if (static_cast<int64_t>(table.size()) != t.entries()) table = t.host_entries();
+    for (const BlockWrite& w : writes) table[t.index(w.slot, w.layer, w.block)] = w.page;
   }
   int32_t at(const BlockTables& t, int slot, int layer, int block) const {
-    return table[(static_cast<int64_t>(slot) * t.n_layers() + layer) * t.max_blocks() + block];
+    return table[t.index(slot, layer, block)];
   }
 };
 
@@ -56,7 +63,7 @@ SequenceState state(std::initializer_list<std::vector<int32_t>> layers) {
 }
 
 TEST(BlockTables, WritesOnlyWhatChangedBetweenSteps) {
-  BlockTables t(4, 2, kLayers, kBlocks);
+  BlockTables t(layer_blocks(), 4);
   Device dev(t);
   SequenceState a = state({{1}, {2, 3}, {4}}), b = state({{5}, {6}, {7}});
   std::vector<int32_t> slots;
@@ -84,75 +91,66 @@ TEST(BlockTables, WritesOnlyWhatChangedBetweenSteps) {
   expect_device_holds(t, dev, {&b, &a}, slots);
 }
 
-TEST(BlockTables, PaddingRowsHaveSlotsAndPagesOfTheirOwn) {
-  BlockTables t(2, 3, kLayers, kBlocks);
+TEST(BlockTables, LayoutIsSlotMajorWithEachLayersOwnBlocks) {
+  BlockTables t(layer_blocks(), 2);
+  EXPECT_EQ(t.slot_stride(), 2 + 2 * kBlocks);
+  EXPECT_EQ(t.layer_base(0), 0);
+  EXPECT_EQ(t.layer_base(1), 2);
+  EXPECT_EQ(t.layer_base(2), 2 + kBlocks);
+  EXPECT_EQ(t.index(1, 2, 3), t.slot_stride() + 2 + kBlocks + 3);
+  EXPECT_EQ(t.entries(), 2 * t.slot_stride());
+}
+
+TEST(BlockTables, GrowsItsSlotsAndKeepsEveryEntry) {
+  BlockTables t(layer_blocks(), 1);
   Device dev(t);
-  std::set<int32_t> slots;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<BlockWrite> w;
-    t.set_scratch(i, {{100 + i}, {110 + i}, {120 + i}}, w);
-    dev.apply(t, w);
-    slots.insert(t.scratch_slot(i));
-    EXPECT_GE(t.scratch_slot(i), t.n_slots()) << "never a sequence's slot";
-    for (int l = 0; l < kLayers; ++l)
-      EXPECT_EQ(dev.at(t, t.scratch_slot(i), l, 0), 100 + 10 * l + i);
-  }
-  EXPECT_EQ(slots.size(), 3u);
+  SequenceState a = state({{1}, {2}, {3}}), b = state({{4}, {5}, {6}}), c = state({{7}, {8}, {9}});
+  std::vector<int32_t> slots;
   std::vector<BlockWrite> w;
-  EXPECT_THROW(t.set_scratch(3, {{1}, {2}, {3}}, w), std::out_of_range);
+  t.plan({&a}, slots, w);
+  dev.apply(t, w);
+  const int32_t slot_a = slots[0];
+  w.clear();
+  t.plan({&a, &b, &c}, slots, w);
+  EXPECT_EQ(t.n_slots(), 4) << "the next power of two";
+  EXPECT_EQ(t.entries(), 4 * t.slot_stride());
+  EXPECT_EQ(slots[0], slot_a) << "a keeps its slot across the growth";
+  EXPECT_EQ(w.size(), 6u) << "b's and c's tables only";
+  dev.apply(t, w);
+  expect_device_holds(t, dev, {&a, &b, &c}, slots);
 }
 
 TEST(BlockTables, RefusesWhatDoesNotFit) {
-  BlockTables t(1, 0, kLayers, 2);
-  SequenceState a = state({{1}, {2}, {3}}), b = state({{4}, {5}, {6}}),
-                long_one = state({{1, 2, 3}, {4}, {5}});
+  BlockTables t({2, 2, 2}, 1);
+  SequenceState long_one = state({{1, 2, 3}, {4}, {5}});
   std::vector<int32_t> slots;
   std::vector<BlockWrite> w;
-  EXPECT_THROW(t.plan({&a, &b}, slots, w), std::length_error);
   EXPECT_THROW(t.plan({&long_one}, slots, w), std::length_error);
+  EXPECT_THROW(BlockTables({1 << 30, 1 << 30}, 2), std::length_error) << "past 2^31 entries";
+  EXPECT_THROW(BlockTables({}, 1), std::invalid_argument);
 }
 
-// Random steps against a model of the engine: requests admitted with fixed and growing layers,
-// growing a page at a time, a prefix-cache swap of one page, preemption (out of the batch for a
-// while, its slot taken by others), and finished requests whose SequenceState object is reused
-// by the next admission (same address, other pages).
+// Random steps against a model of the engine (PageSchedule: admission, growth a page at a time,
+// copy-on-write swaps, finished requests whose SequenceState object is reused), and preemption
+// (out of the batch for a while, its slot taken by others).
 TEST(BlockTables, PropertyTheDeviceAlwaysHoldsEachSequencesPages) {
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     std::mt19937 rng(seed);
-    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+    auto pick = [&](int n) { return PageSchedule::pick(rng, n); };
     const int n_slots = 1 + pick(8);
-    BlockTables t(n_slots, 0, kLayers, kBlocks);
+    // Odd seeds: states with generations (only appends sent where promised); even seeds:
+    // generation 0, every list compared.
+    PageSchedule schedule(12, kBlocks, seed % 2 == 1);
+    // Grows to n_slots (or past it) on demand; verify: the generations' promise is checked too.
+    BlockTables t(schedule.layer_blocks(), 1 + pick(n_slots), true);
     Device dev(t);
-    std::vector<std::unique_ptr<SequenceState>> pool(12);  // reused objects
-    for (auto& s : pool) s = std::make_unique<SequenceState>();
-    std::vector<bool> live(pool.size(), false);
-    int32_t next_page = 0;
     size_t total_writes = 0, quiet_steps = 0;
     for (int step = 0; step < 400; ++step) {
-      for (size_t i = 0; i < pool.size(); ++i) {
-        SequenceState& s = *pool[i];
-        if (!live[i]) {
-          if (pick(4) == 0) {  // admitted: layer 0 fixed (1 page), layers 1, 2 growing
-            s.layer_pages = {{next_page++}, {next_page++}, {next_page++}};
-            live[i] = true;
-          }
-          continue;
-        }
-        const int r = pick(40);
-        if (r == 0) {
-          live[i] = false;  // finished or preempted for good: the object is reused later
-        } else if (r < 6 && s.layer_pages[1].size() < static_cast<size_t>(kBlocks)) {
-          s.layer_pages[1 + pick(2)].push_back(next_page++);  // a page filled
-          if (s.layer_pages[2].size() > static_cast<size_t>(kBlocks)) s.layer_pages[2].pop_back();
-        } else if (r == 6) {
-          auto& l = s.layer_pages[1 + pick(2)];
-          l[pick(static_cast<int>(l.size()))] = next_page++;  // copy-on-write of a shared page
-        }
-      }
+      schedule.step(rng);
       std::vector<const SequenceState*> batch;
-      for (size_t i = 0; i < pool.size(); ++i)
-        if (live[i] && pick(5) != 0 && static_cast<int>(batch.size()) < n_slots)
-          batch.push_back(pool[i].get());  // the rest wait this step (preempted, queued)
+      for (int i = 0; i < schedule.size(); ++i)
+        if (schedule.live(i) && pick(5) != 0 && static_cast<int>(batch.size()) < n_slots)
+          batch.push_back(&schedule.state(i));  // the rest wait this step (preempted, queued)
       std::shuffle(batch.begin(), batch.end(), rng);
       std::vector<int32_t> slots;
       std::vector<BlockWrite> w;
@@ -167,6 +165,36 @@ TEST(BlockTables, PropertyTheDeviceAlwaysHoldsEachSequencesPages) {
     EXPECT_GT(total_writes, 0u) << "seed " << seed;
     EXPECT_GT(quiet_steps, 0u) << "seed " << seed;
   }
+}
+
+// With a generation, only appended blocks are written, without reading the others; a list changed
+// in place within its generation (which StateAllocator never does) is caught by verify.
+TEST(BlockTables, AGenerationSendsOnlyAppendsAndVerifyCatchesInPlaceChanges) {
+  BlockTables fast(layer_blocks(), 1), checked(layer_blocks(), 1, true);
+  SequenceState a = state({{1, 2}, {3}, {4}});
+  a.generation = 7;
+  std::vector<int32_t> slots;
+  std::vector<BlockWrite> w;
+  fast.plan({&a}, slots, w);
+  checked.plan({&a}, slots, w);
+  a.layer_pages[1].push_back(5);
+  w.clear();
+  fast.plan({&a}, slots, w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].page, 5);
+  a.layer_pages[2][0] = 9;  // in place, same generation: a broken promise
+  w.clear();
+  fast.plan({&a}, slots, w);
+  EXPECT_TRUE(w.empty()) << "the fast path trusts the generation";
+  EXPECT_THROW(checked.plan({&a}, slots, w), std::logic_error);
+  SequenceState copy = a;  // a copy promises nothing: compared whole
+  EXPECT_EQ(copy.generation, 0u);
+  a.generation = 8;  // new lists: compared whole
+  w.clear();
+  fast.plan({&a}, slots, w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].layer, 2);
+  EXPECT_EQ(w[0].page, 9);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "engine/null_backend.h"
+#include "tests/support/block_tables_check.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
@@ -34,12 +35,20 @@ std::unique_ptr<Model> load(const std::string& name) {
   return m;
 }
 
-std::unique_ptr<Engine> make_engine(const Model& m, int64_t pool_bytes, EngineOptions opts) {
+// tables: the backend wrapped in BlockTablesCheck (a device's block tables planned for every
+// pass and checked against the engine's page lists); it is returned there.
+std::unique_ptr<Engine> make_engine(const Model& m, int64_t pool_bytes, EngineOptions opts,
+                                    BlockTablesCheck** tables = nullptr) {
   CpuBackendOptions o;
   o.pool_bytes = pool_bytes;
   o.threads = 1;
-  return std::make_unique<Engine>(m.loaded,
-                                  std::make_unique<CpuBackend>(m.fx.cfg, *m.fx.weights, o), opts);
+  std::unique_ptr<Backend> backend = std::make_unique<CpuBackend>(m.fx.cfg, *m.fx.weights, o);
+  if (tables) {
+    auto check = std::make_unique<BlockTablesCheck>(std::move(backend));
+    *tables = check.get();
+    backend = std::move(check);
+  }
+  return std::make_unique<Engine>(m.loaded, std::move(backend), opts);
 }
 
 struct Outcome {
@@ -91,7 +100,8 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
     int64_t per_request = 0;
     for (int l = 0; l < m.fx.cfg.n_layers; ++l)
       per_request += sizing.state_layouts()[l].floats_for(48) * 4;
-    auto engine = make_engine(m, 6 * per_request, opts);
+    BlockTablesCheck* tables = nullptr;
+    auto engine = make_engine(m, 6 * per_request, opts, &tables);
     std::vector<std::vector<int32_t>> popular;
     for (int i = 0; i < 5; ++i) {
       std::vector<int32_t> p(uniform(3, 21));  // lengths that are no multiple of the chunk
@@ -162,6 +172,11 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
       ASSERT_LT(step, 20000) << "the schedule does not drain";
     }
     const EngineStats st = engine->stats();
+    // The block tables sent far fewer entries than the batches held (appends and new requests).
+    EXPECT_LT(tables->writes() * 2, tables->entries()) << m.fx.name;
+    std::printf("%s: block tables sent %llu of %llu entries\n", m.fx.name.c_str(),
+                static_cast<unsigned long long>(tables->writes()),
+                static_cast<unsigned long long>(tables->entries()));
     preemptions += st.preemptions;
     hits += st.cache.hits;
     for (int i = 0; i < n_requests; ++i) {

@@ -23,6 +23,7 @@ __global__ void aft_simple_kernel(DevBatch b, DevPages pages, const float* qkv, 
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
   float mx = *pm, num = *pn, den = *pd;
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
@@ -44,6 +45,7 @@ __global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, i
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   auto ring_k = [&](int pos) {
     return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
   };
@@ -79,6 +81,7 @@ __global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, i
 __global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, int d) {
   kernel_prologue();
   const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
     *pages.token_row(s, pos, 2 * d, i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
 }

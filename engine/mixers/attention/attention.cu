@@ -16,6 +16,7 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
                                    const float* cos_t, const float* sin_t) {
   kernel_prologue();
   const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   float* row = qkv + static_cast<int64_t>(r) * 3 * d;
   if (cos_t) {
     const int half = h / 2;
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __shared__ float red[32];
   const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const DevPages::Seq kv = pages.seq(s);
   float *q = smem, *part = smem + h, *sc = part + kAttnWarps * h;
   for (int i = threadIdx.x; i < h; i += blockDim.x)
     q[i] = qkv[static_cast<int64_t>(r) * 3 * d + hd * h + i];
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int u = 0; u < kAttnUnroll; ++u) {
       dot[u] = 0.0f;
       if (j0 + u < T) {
-        const float* k = pages.token_row(s, j0 + u, 2 * d, hd * h);  // h floats, one page
+        const float* k = kv.token_row(j0 + u, 2 * d, hd * h);  // h floats, one page
         for (int c = lane; c < h; c += 32) dot[u] = __fmaf_rn(q[c], k[c], dot[u]);
       }
     }
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       float v[kAttnUnroll];
 #pragma unroll
       for (int u = 0; u < kAttnUnroll; ++u)
-        v[u] = j0 + u < T ? *pages.token_row(s, j0 + u, 2 * d, d + hd * h + c) : 0.0f;
+        v[u] = j0 + u < T ? *kv.token_row(j0 + u, 2 * d, d + hd * h + c) : 0.0f;
 #pragma unroll
       for (int u = 0; u < kAttnUnroll; ++u)
         if (j0 + u < T) acc = __fmaf_rn(sc[j0 + u], v[u], acc);

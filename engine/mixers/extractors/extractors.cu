@@ -34,6 +34,7 @@ __global__ void fir_kernel(DevBatch b, DevPages pages, const float* src, int d, 
 __global__ void push_ring_kernel(DevBatch b, DevPages pages, const float* src, int d, int window) {
   kernel_prologue();
   const int r = blockIdx.x, s = b.row_seq[r];
+  if (pages.padding_row(s)) return;             // a padding row writes no state
   if (r < b.row_start[s + 1] - window) return;  // overwritten later in this same step
   const int pos = b.row_pos[r];
   for (int c = threadIdx.x; c < d; c += blockDim.x)

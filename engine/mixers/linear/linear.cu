@@ -77,6 +77,7 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
   float *fq = smem, *fk = smem + p.m, *misc = smem + 2 * p.m;  // misc: |q'|², |k'|², den
   float *S_sm = misc + 3, *z_sm = S_sm + p.m * p.h;
   const int s = blockIdx.x / p.n, hd = blockIdx.x % p.n, c = threadIdx.x;
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   const int64_t s_base = static_cast<int64_t>(hd) * p.m * p.h,
                 z_base = p.z_offset + int64_t{hd} * p.m;
   if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once

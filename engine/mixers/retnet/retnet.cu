@@ -31,6 +31,7 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, Ret
   const int d = sh.d, h = sh.h, hv = sh.hv, width = 2 * d + 2 * sh.dv;
   float *q = smem, *k = smem + h, *S_sm = smem + 2 * h;
   const int s = blockIdx.x / sh.n, hd = blockIdx.x % sh.n, c = threadIdx.x, half = h / 2;
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   const float g = gamma[hd], ks = 1.0f / sqrtf(static_cast<float>(h));
   const int64_t base = static_cast<int64_t>(hd) * h * hv;
   if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once

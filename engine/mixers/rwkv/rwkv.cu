@@ -19,6 +19,7 @@ __global__ void token_shift_kernel(DevBatch b, DevPages pages, const float* x, i
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   float* x_prev = pages.at(s, offset + c);
   float prev = *x_prev;
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
@@ -39,6 +40,7 @@ __global__ void wkv_kernel(DevBatch b, DevPages pages, const float* k, const flo
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
   const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+  if (pages.padding_row(s)) return;  // a padding row writes no state
   float *paa = pages.at(s, d + c), *pbb = pages.at(s, 2 * d + c), *ppp = pages.at(s, 3 * d + c);
   float aa = *paa, bb = *pbb, pp = *ppp;
   const float u = first[c], w = decay[c];
