@@ -351,6 +351,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   dw.use_tensor_cores(m.tensor_cores);
   dw.use_small_batch_gemv(m.small_batch_gemv);
   dw.use_ordered_sums(m.ordered_sums);
+  dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
   m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;
@@ -515,6 +516,9 @@ bool CudaBackend::dependent_launch() const {
 }
 bool CudaBackend::block_tables() const {
   return impl_->tables != nullptr;
+}
+bool CudaBackend::split_attention() const {
+  return impl_->weights.split_attention();
 }
 
 // With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned

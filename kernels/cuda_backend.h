@@ -62,6 +62,14 @@ struct CudaBackendOptions {
   // write no state (with page lists they share one scratch state and race on it).
   // MIXSERVE_CUDA_BLOCK_TABLES=1|0 overrides. Off by default until it has passed on a GPU.
   bool block_tables = false;
+  // Flash-decoding for softmax attention (kernels/attention_split.h): a row's keys cut into
+  // splits of a fixed size (64 positions, more above a max_seq_len of 1,024: at most 16 splits),
+  // each split a block of its own, then the splits combined in order. A long row's keys are then
+  // read by many blocks instead of one per head. The bits depend on the position alone (batch
+  // invariance and decode == prefill hold) but differ from the unsplit kernel's, within the
+  // golden tolerance. MIXSERVE_CUDA_SPLIT_ATTENTION=1|0 overrides. Off by default until it has
+  // passed on a GPU.
+  bool split_attention = false;
   int device = 0;
 };
 
@@ -99,6 +107,7 @@ class CudaBackend : public Backend {
   bool ordered_sums() const;
   bool dependent_launch() const;
   bool block_tables() const;
+  bool split_attention() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

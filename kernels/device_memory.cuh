@@ -105,6 +105,10 @@ class DeviceWeights {
   void use_small_batch_gemv(bool on) { small_batch_gemv_ = on; }
   // Matrices uploaded from now on use the K-chunked order (DevMatrix::ordered_sums).
   void use_ordered_sums(bool on) { ordered_sums_ = on; }
+  // Attention parts built from now on split their keys (CudaBackendOptions::split_attention).
+  // Kept here, beside the GEMM choices, because every part's factory gets this object.
+  void use_split_attention(bool on) { split_attention_ = on; }
+  bool split_attention() const { return split_attention_; }
   // Float32 vector (norms, mixes, pos biases, ...), kept in float32 whatever the mode.
   const float* f32(const float* host, size_t n);
   const float* f32(const std::vector<float>& host) { return f32(host.data(), host.size()); }
@@ -123,7 +127,8 @@ class DeviceWeights {
 
  private:
   CudaWeightType type_;
-  bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false;
+  bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false,
+       split_attention_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

@@ -17,8 +17,9 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    for (const char* name : {"MIXSERVE_CUDA_GEMV", "MIXSERVE_CUDA_TENSOR_CORES",
-                             "MIXSERVE_CUDA_ORDERED", "MIXSERVE_CUDA_BLOCK_TABLES"})
+    for (const char* name :
+         {"MIXSERVE_CUDA_GEMV", "MIXSERVE_CUDA_TENSOR_CORES", "MIXSERVE_CUDA_ORDERED",
+          "MIXSERVE_CUDA_BLOCK_TABLES", "MIXSERVE_CUDA_SPLIT_ATTENTION"})
       unsetenv(name);
     fx_ = load_fixture(GetParam());
   }

@@ -85,7 +85,7 @@ std::vector<float> random_tensor(const WeightSpec& s, std::mt19937& rng) {
 
 }  // namespace
 
-RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model) {
+RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model, int max_seq_len) {
   int heads = pick<int>(rng, {1, 2, 4});
   // d ≥ 4: a layer norm over 2 channels maps every row to ±1 and turns float32 rounding into
   // differences of ~5e-4 of a logit (performer, d = 2), a property of the shape, not of a backend
@@ -101,7 +101,7 @@ RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model) {
       {"vocab_size", uniform(rng, 11, 61)},
       {"d_model", d},
       {"ffn_dim", ffn > 0 ? ffn : uniform(rng, 4, 40)},
-      {"max_seq_len", 32},
+      {"max_seq_len", max_seq_len},
       {"position", pick<std::string>(rng, {"learned", "sinusoidal", "none"})},
       {"embed_scale", pick<double>(rng, {1.0, std::sqrt(static_cast<double>(d))})},
       {"norm", pick<std::string>(rng, {"layernorm", "rmsnorm"})},
@@ -139,12 +139,12 @@ void round_weights_to_half(RandomModel& m) {
 }
 
 OpsResult check_backend_ops(Backend& backend, const RandomModel& m, std::mt19937& rng,
-                            int sequences, double tolerance) {
+                            int sequences, double tolerance, int max_len) {
   const int64_t V = m.cfg.vocab_size;
   std::vector<std::vector<int32_t>> tokens(sequences);
   std::vector<std::vector<std::vector<double>>> expected(sequences);
   for (int s = 0; s < sequences; ++s) {
-    const int len = uniform(rng, 1, 24);
+    const int len = uniform(rng, 1, max_len);
     for (int i = 0; i < len; ++i) tokens[s].push_back(uniform(rng, 0, static_cast<int>(V) - 1));
     expected[s] = float64_logits(m.cfg, m.weights, tokens[s]);
   }

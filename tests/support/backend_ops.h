@@ -35,8 +35,8 @@ struct RandomModel {
 
 // A model whose first layer is `kind`, everything else drawn from rng. d_model > 0 fixes the width
 // (heads then drawn among those giving an even head size, the FFN 1 or 4 times as wide): the real
-// shapes, where the GEMMs' long-K and multi-tile paths run.
-RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model = 0);
+// shapes, where the GEMMs' long-K and multi-tile paths run. max_seq_len: its context.
+RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model = 0, int max_seq_len = 32);
 
 // Rounds every weight to the nearest float16 value, so that a backend storing them in float16
 // holds exactly what the float64 model reads.
@@ -48,9 +48,9 @@ struct OpsResult {
   int rows = 0;      // logits rows compared
 };
 
-// Runs `sequences` random sequences through `backend` (built for m) in random batches and
-// compares every row with the float64 model; a row fails above `tolerance`.
+// Runs `sequences` random sequences of 1…max_len tokens through `backend` (built for m) in random
+// batches and compares every row with the float64 model; a row fails above `tolerance`.
 OpsResult check_backend_ops(Backend& backend, const RandomModel& m, std::mt19937& rng,
-                            int sequences, double tolerance);
+                            int sequences, double tolerance, int max_len = 24);
 
 }  // namespace mixserve::testing

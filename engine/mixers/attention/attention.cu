@@ -1,9 +1,11 @@
 // Softmax attention on the GPU: RoPE and the K/V append, then one block per row and head over its
 // prefix (causal attention, so a prompt's rows run in parallel and each sees exactly the K/V a
 // decode step would), then the output projection added to the residual stream.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/mixers/common.h"
+#include "kernels/attention_split.h"
 #include "kernels/cuda_part.cuh"
 
 namespace mixserve::cuda {
@@ -43,28 +45,29 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
 // output is each warp's FMA chain over its keys, the warps' sums then added in warp order. Every
 // order depends on h and the row's position alone, so a row gets the same bits alone, in any
 // batch and in a prefill. Dynamic shared memory: (1 + kAttnWarps) · h + max_seq_len floats.
-constexpr int kAttnWarps = 4, kAttnUnroll = 8;
-__global__ void __launch_bounds__(kAttnWarps * 32)
-    attention_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h, float* out) {
-  kernel_prologue();
-  extern __shared__ float smem[];
-  __shared__ float red[32];
-  const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const DevPages::Seq kv = pages.seq(s);
-  float *q = smem, *part = smem + h, *sc = part + kAttnWarps * h;
+// With split_attention (kernels/attention_split.h) the same two passes run per split of the keys
+// (attention_split_kernel), and attention_combine_kernel adds the splits.
+constexpr int kAttnWarps = 4, kAttnUnroll = 8, kAttnStride = kAttnWarps * kAttnUnroll;
+
+// The block's query for head hd of row r into q[h] (shared).
+__device__ void load_query(const float* qkv, int r, int d, int h, int hd, float* q) {
   for (int i = threadIdx.x; i < h; i += blockDim.x)
     q[i] = qkv[static_cast<int64_t>(r) * 3 * d + hd * h + i];
   __syncthreads();
+}
+
+// sc[j − j_begin] = q·k_j / √h for keys [j_begin, j_end); returns their maximum (every thread).
+__device__ float key_scores(const DevPages::Seq& kv, const float* q, int d, int h, int hd,
+                            int j_begin, int j_end, float* sc, float* red) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(h));
-  constexpr int kStride = kAttnWarps * kAttnUnroll;
   float mx = -INFINITY;
-  for (int j0 = warp * kAttnUnroll; j0 < T; j0 += kStride) {
+  for (int j0 = j_begin + warp * kAttnUnroll; j0 < j_end; j0 += kAttnStride) {
     float dot[kAttnUnroll];
 #pragma unroll
     for (int u = 0; u < kAttnUnroll; ++u) {
       dot[u] = 0.0f;
-      if (j0 + u < T) {
+      if (j0 + u < j_end) {
         const float* k = kv.token_row(j0 + u, 2 * d, hd * h);  // h floats, one page
         for (int c = lane; c < h; c += 32) dot[u] = __fmaf_rn(q[c], k[c], dot[u]);
       }
@@ -73,15 +76,56 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int u = 0; u < kAttnUnroll; ++u) {
       for (int o = 16; o > 0; o >>= 1)
         dot[u] = __fadd_rn(dot[u], __shfl_xor_sync(0xffffffffu, dot[u], o));
-      if (j0 + u < T) {
+      if (j0 + u < j_end) {
         const float score = __fmul_rn(dot[u], scale);
-        if (lane == 0) sc[j0 + u] = score;
+        if (lane == 0) sc[j0 + u - j_begin] = score;
         mx = fmaxf(mx, score);
       }
     }
   }
   mx = block_max(mx, red);  // every lane of a warp holds the same scores: no lane is left out
   __syncthreads();          // the scores lane 0 of each warp wrote
+  return mx;
+}
+
+// part[warp · h + c] = Σ_j w[j − j_begin] · v_j[c] over the warp's keys of [j_begin, j_end) (an
+// FMA chain each); then out[c] = part[c] + part[h + c] + … in warp order, for c < h.
+__device__ void weighted_values(const DevPages::Seq& kv, const float* w, int d, int h, int hd,
+                                int j_begin, int j_end, float* part, float* out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int c0 = 0; c0 < h; c0 += 32) {
+    const int c = c0 + lane;
+    if (c >= h) break;
+    float acc = 0.0f;
+    for (int j0 = j_begin + warp * kAttnUnroll; j0 < j_end; j0 += kAttnStride) {
+      float v[kAttnUnroll];
+#pragma unroll
+      for (int u = 0; u < kAttnUnroll; ++u)
+        v[u] = j0 + u < j_end ? *kv.token_row(j0 + u, 2 * d, d + hd * h + c) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kAttnUnroll; ++u)
+        if (j0 + u < j_end) acc = __fmaf_rn(w[j0 + u - j_begin], v[u], acc);
+    }
+    part[warp * h + c] = acc;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < h; c += blockDim.x) {
+    float o = part[c];
+    for (int k = 1; k < kAttnWarps; ++k) o = __fadd_rn(o, part[k * h + c]);
+    out[c] = o;
+  }
+}
+
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h, float* out) {
+  kernel_prologue();
+  extern __shared__ float smem[];
+  __shared__ float red[32];
+  const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
+  const DevPages::Seq kv = pages.seq(s);
+  float *q = smem, *part = smem + h, *sc = part + kAttnWarps * h;
+  load_query(qkv, r, d, h, hd, q);
+  const float mx = key_scores(kv, q, d, h, hd, 0, T, sc, red);
   float sum = 0.0f;
   for (int j = threadIdx.x; j < T; j += blockDim.x) {
     sc[j] = expf(sc[j] - mx);
@@ -90,27 +134,52 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   sum = block_sum(sum, red);
   for (int j = threadIdx.x; j < T; j += blockDim.x) sc[j] /= sum;
   __syncthreads();
-  for (int c0 = 0; c0 < h; c0 += 32) {
-    const int c = c0 + lane;
-    if (c >= h) break;
-    float acc = 0.0f;
-    for (int j0 = warp * kAttnUnroll; j0 < T; j0 += kStride) {
-      float v[kAttnUnroll];
-#pragma unroll
-      for (int u = 0; u < kAttnUnroll; ++u)
-        v[u] = j0 + u < T ? *kv.token_row(j0 + u, 2 * d, d + hd * h + c) : 0.0f;
-#pragma unroll
-      for (int u = 0; u < kAttnUnroll; ++u)
-        if (j0 + u < T) acc = __fmaf_rn(sc[j0 + u], v[u], acc);
+  weighted_values(kv, sc, d, h, hd, 0, T, part, out + static_cast<int64_t>(r) * d + hd * h);
+}
+
+// Flash-decoding: block (row, head, z0) takes the row's splits z0, z0 + gridDim.z, … and writes
+// each one's partial (attention_split.h) into `partial`. Dynamic shared memory: (1 + kAttnWarps)
+// · h + keys_per_split floats.
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_split_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h,
+                           int keys_per_split, int splits, float* partial) {
+  kernel_prologue();
+  extern __shared__ float smem[];
+  __shared__ float red[32];
+  const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
+  const int n = split_count(pos, keys_per_split);
+  if (static_cast<int>(blockIdx.z) >= n) return;  // the whole block: before any barrier
+  const DevPages::Seq kv = pages.seq(s);
+  float *q = smem, *part = smem + h, *sc = part + kAttnWarps * h;
+  load_query(qkv, r, d, h, hd, q);
+  for (int z = blockIdx.z; z < n; z += gridDim.z) {
+    const int j_begin = z * keys_per_split, j_end = min(T, j_begin + keys_per_split);
+    const float mx = key_scores(kv, q, d, h, hd, j_begin, j_end, sc, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < j_end - j_begin; j += blockDim.x) {
+      sc[j] = expf(sc[j] - mx);
+      sum += sc[j];
     }
-    part[warp * h + c] = acc;
+    sum = block_sum(sum, red);
+    __syncthreads();
+    float* out = partial + split_partial_offset(r, hd, z, gridDim.y, splits, h);
+    weighted_values(kv, sc, d, h, hd, j_begin, j_end, part, out);
+    if (threadIdx.x == 0) {
+      out[h] = mx;
+      out[h + 1] = sum;
+    }
+    __syncthreads();  // sc and part are rewritten by the next split
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < h; c += blockDim.x) {
-    float o = part[c];
-    for (int w = 1; w < kAttnWarps; ++w) o = __fadd_rn(o, part[w * h + c]);
-    out[static_cast<int64_t>(r) * d + hd * h + c] = o;
-  }
+}
+
+__global__ void attention_combine_kernel(DevBatch b, const float* partial, int d, int h,
+                                         int keys_per_split, int splits, float* out) {
+  kernel_prologue();
+  const int r = blockIdx.x, hd = blockIdx.y;
+  const int n = split_count(b.row_pos[r], keys_per_split);
+  const float* p = partial + split_partial_offset(r, hd, 0, gridDim.y, splits, h);
+  for (int c = threadIdx.x; c < h; c += blockDim.x)
+    out[static_cast<int64_t>(r) * d + hd * h + c] = combine_splits(p, n, h, c);
 }
 
 class CudaAttention : public CudaPart {
@@ -131,6 +200,17 @@ class CudaAttention : public CudaPart {
     if (smem_ > 48 * 1024)
       CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       smem_));
+    if (dw.split_attention()) {
+      keys_per_split_ = split_keys(static_cast<int>(cfg.max_seq_len));
+      splits_ = max_splits(static_cast<int>(cfg.max_seq_len));
+      int device = 0;
+      CUDA_CHECK(cudaGetDevice(&device));
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
+    }
+  }
+
+  int64_t partial_floats_per_row() const override {
+    return splits_ > 0 ? int64_t{n_} * splits_ * split_partial_floats(h_) : 0;
   }
 
   void forward(const PartStep& st) override {
@@ -139,13 +219,26 @@ class CudaAttention : public CudaPart {
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     launch_kernel(rope_append_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d, h_, cos_,
                   sin_);
-    launch_kernel(attention_kernel, dim3(rows, n_), kAttnWarps * 32, smem_, st.stream, st.batch,
-                  st.pages, qkv, d, h_, st.s.mixed);
+    if (splits_ > 0) {
+      // Enough blocks for two a multiprocessor where the rows' splits allow; the grid does not
+      // change a split's sums (a block takes whole splits), so any grid gives the same bits.
+      const int per_split = std::max(1, 2 * sms_ / std::max(1, rows * n_));
+      const int gz = std::min(splits_, per_split);
+      const int smem = static_cast<int>(((1 + kAttnWarps) * h_ + keys_per_split_) * sizeof(float));
+      launch_kernel(attention_split_kernel, dim3(rows, n_, gz), kAttnWarps * 32, smem, st.stream,
+                    st.batch, st.pages, qkv, d, h_, keys_per_split_, splits_, st.s.partial);
+      launch_kernel(attention_combine_kernel, dim3(rows, n_), 32 * ceil_div(h_, 32), 0, st.stream,
+                    st.batch, st.s.partial, d, h_, keys_per_split_, splits_, st.s.mixed);
+    } else {
+      launch_kernel(attention_kernel, dim3(rows, n_), kAttnWarps * 32, smem_, st.stream, st.batch,
+                    st.pages, qkv, d, h_, st.s.mixed);
+    }
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
 
  private:
   int d_, n_, h_;
+  int keys_per_split_ = 0, splits_ = 0, sms_ = 1;  // split_attention (0 splits: off)
   DevMatrix qkv_, o_;
   const float *cos_ = nullptr, *sin_ = nullptr;
   int smem_ = 0;
