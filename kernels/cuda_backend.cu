@@ -1,9 +1,11 @@
 // The CUDA backend (docs/cuda.md). One forward pass: the batch's plain arrays and every layer's
-// page tables go to the device in one copy from a pinned buffer; embeddings, then per layer the
+// page addressing go to the device in one copy from a pinned buffer; embeddings, then per layer the
 // mixer and the FFN (each adds into the residual stream), then the final norm fused into the head
 // GEMM over the rows whose logits are wanted. Decode steps (one row per sequence) are padded to a
 // power-of-two batch and replayed from a CUDA graph captured once per bucket; the padding rows are
-// dummy sequences at position 0 whose state lives in scratch pages outside the pool's page ids.
+// dummy sequences at position 0 whose state lives in scratch pages outside the pool's page ids
+// (which, with block tables, they read and never write). kernels/step_data.cuh uploads the rows
+// and the page addressing.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,14 +13,13 @@
 #include <cstring>
 #include <map>
 
-#include "engine/block_tables.h"
-#include "engine/device_batch.h"
 #include "engine/mixers/registry.h"
 #include "engine/positions.h"
 #include "engine/sequence_state.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/ops.cuh"
 #include "kernels/sampling.cuh"
+#include "kernels/step_data.cuh"
 
 namespace mixserve {
 
@@ -81,15 +82,7 @@ struct CudaBackend::Impl {
   int32_t page_floats = 0, total_pages = 0;
   cudaStream_t stream = nullptr;
   DeviceBuffer<float> pool;
-  std::vector<std::vector<int32_t>> scratch_pages;  // per layer: a dummy sequence's pages
-  // With block_tables: the table's plan, its device copy (entries uploaded whole when the slots
-  // grow, else through each step's writes) and scratch_pages on the device (padding rows' reads).
-  std::unique_ptr<BlockTables> tables;
-  DeviceBuffer<int32_t> table_dev, padding_dev;
-  int64_t table_dev_entries = 0;
-  std::vector<int64_t> padding_offset;  // [layer] into padding_dev
-  std::vector<int32_t> slots;
-  std::vector<BlockWrite> writes;
+  std::unique_ptr<StepData> step;  // the batch's rows and page addressing on the device
 
   DeviceWeights weights;
   struct Layer {
@@ -106,10 +99,6 @@ struct CudaBackend::Impl {
   int64_t proj_per_row = 0, mixed_per_row = 0, hidden_per_row = 0, partial_per_row = 0;
   DeviceBuffer<float> x, xn, proj, mixed, tmp, hidden, partial, logits;
   PinnedBuffer<float> logits_host;
-  // The batch's int32 arrays (layout in fill_meta), host and device.
-  std::vector<int32_t> meta;
-  PinnedBuffer<int32_t> meta_host;
-  DeviceBuffer<int32_t> meta_dev;
   // Page operations' staging.
   DeviceBuffer<int32_t> page_ids;
   DeviceBuffer<float> stage;
@@ -157,81 +146,17 @@ struct CudaBackend::Impl {
     logits_host.reserve(R * cfg.vocab_size);
   }
 
-  // meta: engine/device_batch.h's layout, which depends on (R, S, O) only, so a graph captured
-  // for a bucket finds each array where it left it.
-  DevBatch device_batch(const DeviceBatchLayout& at) const {
-    const int32_t* m = meta_dev.get();
-    DevBatch b;
-    b.n_seq = at.S;
-    b.rows = at.R;
-    b.tokens = m + at.tokens();
-    b.row_seq = m + at.row_seq();
-    b.row_pos = m + at.row_pos();
-    b.row_start = m + at.row_start();
-    b.pos0 = m + at.pos0();
-    b.out_rows = m + at.out_rows();
-    return b;
-  }
-
-  // Layer l's page tables of a pass laid out as `at`.
-  DevPages device_pages(const DeviceBatchLayout& at, int l) const {
-    DevPages pg;
-    pg.pool = pool.get();
-    pg.page_floats = page_floats;
-    pg.token_base = layouts[l].fixed_floats;
-    if (tables) {
-      pg.table = table_dev.get() + tables->layer_base(l);
-      pg.slot = meta_dev.get() + at.slots();
-      pg.slot_stride = tables->slot_stride();
-      pg.padding = padding_dev.get() + padding_offset[l];
-    } else {
-      pg.start = meta_dev.get() + at.page_starts(l);
-      pg.pages = meta_dev.get() + at.pages(n_layers);
-    }
-    return pg;
-  }
-
-  void fill_meta(const ForwardBatch& b, const DeviceBatchLayout& at) {
-    pack_rows(b, at, meta);
-    if (tables) {
-      tables->plan(b.states, slots, writes);
-      if (tables->entries() != table_dev_entries) {  // the slots grew: a new table, uploaded whole
-        drop_graphs();
-        table_dev.reserve(tables->entries());
-        table_dev_entries = tables->entries();
-        CUDA_CHECK(cudaMemcpyAsync(table_dev.get(), tables->host_entries().data(),
-                                   table_dev_entries * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                   stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));  // from pageable memory the plan rewrites
-      }
-      pack_table_step(at, slots, writes, *tables, meta);
-      writes.clear();
-    } else {
-      pack_page_lists(b, at, scratch_pages, meta);
-    }
-    if (meta_dev.size() < meta.size()) {
-      drop_graphs();
-      meta_dev.reserve(meta.size() * 2);
-    }
-    meta_host.reserve(meta.size());
-    std::memcpy(meta_host.get(), meta.data(), meta.size() * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(meta_dev.get(), meta_host.get(), meta.size() * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream));
-  }
-
   // Every kernel of one forward pass over R rows of S sequences, logits for O rows.
   void run(const DeviceBatchLayout& at) {
     const int R = at.R, O = at.O;
     // For this pass's kernels (launch_kernel reads it).
     cuda::dependent_launch = dependent_launch && R <= kDependentLaunchRows;
-    const DevBatch b = device_batch(at);
-    if (tables)
-      apply_table_writes(stream, meta_dev.get() + at.writes(), meta_dev.get() + at.write_count(),
-                         table_dev.get());
+    const DevBatch b = step->batch(at);
+    step->apply_writes(stream, at);
     embed(stream, b, R, d, embed_params, x.get());
     Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
     for (int l = 0; l < n_layers; ++l) {
-      PartStep st{stream, b, device_pages(at, l), x.get(), s, layers[l].ln1, R, d};
+      PartStep st{stream, b, step->pages(at, l), x.get(), s, layers[l].ln1, R, d};
       if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
       layers[l].mixer->forward(st);
       if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l + 1], stream));
@@ -300,7 +225,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   int64_t scratch = 0;  // pages a dummy sequence holds, over all layers
   for (int i = 0; i < m.n_layers; ++i) {
     m.layouts.push_back(layer_state_layout(cfg, i));
-    scratch += (m.layouts[i].floats_for(1) + m.page_floats - 1) / m.page_floats;
+    scratch += (m.layouts[i].floats_for(1) + m.page_floats - 1) / m.page_floats;  // one token
   }
   int64_t pool_bytes = opts.pool_bytes;
   if (pool_bytes <= 0) {
@@ -314,32 +239,27 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   m.total_pages =
       static_cast<int32_t>(std::min<int64_t>(pool_bytes / page_bytes, INT32_MAX - scratch));
   m.pool.reserve(static_cast<size_t>(m.total_pages + scratch) * m.page_floats);
+  auto layer_pages = [&](int i, int64_t tokens) {
+    return static_cast<int32_t>((m.layouts[i].floats_for(tokens) + m.page_floats - 1) /
+                                m.page_floats);
+  };
   int32_t next = m.total_pages;
+  std::vector<std::vector<int32_t>> scratch_pages;  // per layer: a padding row's pages
   for (int i = 0; i < m.n_layers; ++i) {
-    m.scratch_pages.emplace_back();
-    for (int64_t p = 0; p < (m.layouts[i].floats_for(1) + m.page_floats - 1) / m.page_floats; ++p)
-      m.scratch_pages.back().push_back(next++);
+    scratch_pages.emplace_back();
+    for (int32_t p = 0; p < layer_pages(i, 1); ++p) scratch_pages.back().push_back(next++);
   }
   CUDA_CHECK(cudaMemsetAsync(m.pool.get() + int64_t{m.total_pages} * m.page_floats, 0,
                              scratch * page_bytes, m.stream));
-  if (env_switch("MIXSERVE_CUDA_BLOCK_TABLES", opts.block_tables)) {
-    // Room for a state at max_seq_len, rounded up as StateAllocator::grow rounds.
-    std::vector<int32_t> blocks;
-    std::vector<int32_t> padding;
-    for (int i = 0; i < m.n_layers; ++i) {
-      const int64_t tokens = cfg.max_seq_len + StateAllocator::kGrowTokens;
-      blocks.push_back(static_cast<int32_t>((m.layouts[i].floats_for(tokens) + m.page_floats - 1) /
-                                            m.page_floats));
-      m.padding_offset.push_back(static_cast<int64_t>(padding.size()));
-      padding.insert(padding.end(), m.scratch_pages[i].begin(), m.scratch_pages[i].end());
-    }
-    // MIXSERVE_CUDA_BLOCK_TABLES_VERIFY=1: every page list compared in full as well (tests).
-    m.tables = std::make_unique<BlockTables>(
-        std::move(blocks), 1, env_switch("MIXSERVE_CUDA_BLOCK_TABLES_VERIFY", false));
-    m.padding_dev.reserve(padding.size());
-    CUDA_CHECK(cudaMemcpy(m.padding_dev.get(), padding.data(), padding.size() * sizeof(int32_t),
-                          cudaMemcpyHostToDevice));
-  }
+  // Block tables: room for a state at max_seq_len, rounded up as StateAllocator::grow rounds.
+  std::vector<int32_t> layer_blocks;
+  if (env_switch("MIXSERVE_CUDA_BLOCK_TABLES", opts.block_tables))
+    for (int i = 0; i < m.n_layers; ++i)
+      layer_blocks.push_back(layer_pages(i, cfg.max_seq_len + StateAllocator::kGrowTokens));
+  // MIXSERVE_CUDA_BLOCK_TABLES_VERIFY=1: every page list compared in full as well (tests).
+  m.step = std::make_unique<StepData>(m.pool.get(), m.page_floats, m.layouts,
+                                      std::move(scratch_pages), std::move(layer_blocks),
+                                      env_switch("MIXSERVE_CUDA_BLOCK_TABLES_VERIFY", false));
 
   DeviceWeights& dw = m.weights;
   // The K-chunked order is a CUDA-core order (the tiled kernel, gemv_ordered.cu at M ≤ 8): tensor
@@ -391,7 +311,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   m.hidden_per_row = std::max<int64_t>(cfg.ffn_dim, 4 * d);
   m.partial_per_row = partial;
   m.reserve_rows(64);
-  m.meta_dev.reserve(1 << 16);
   CUDA_CHECK(cudaEventCreate(&m.step_begin));
   CUDA_CHECK(cudaEventCreate(&m.step_end));
   CUDA_CHECK(cudaEventCreate(&m.sample_end));
@@ -461,7 +380,7 @@ int CudaBackend::Impl::enqueue(const ForwardBatch& b) {
   reserve_rows(std::max(R, use_graph ? kMaxGraphBatch : 0));
   CUDA_CHECK(cudaEventRecord(step_begin, stream));
   const DeviceBatchLayout at{R, S, O};
-  fill_meta(b, at);
+  if (step->upload(stream, b, at)) drop_graphs();  // graphs point at the old buffers
   if (use_graph)
     run_graph(at);
   else
@@ -515,7 +434,7 @@ bool CudaBackend::dependent_launch() const {
   return impl_->dependent_launch;
 }
 bool CudaBackend::block_tables() const {
-  return impl_->tables != nullptr;
+  return impl_->step->block_tables();
 }
 bool CudaBackend::split_attention() const {
   return impl_->weights.split_attention();
