@@ -1,0 +1,197 @@
+// mixserve-cuda-sync-bench: what a persistent decode kernel (#24 item 3: a layer, or a whole
+// batch-1 step, in one kernel) would trade on this GPU — the cost of a kernel boundary in a
+// captured graph (each of `kernels` tiny kernels, with and without programmatic dependent launch)
+// against a grid-wide barrier inside one cooperative kernel (cooperative_groups grid.sync(),
+// launched in a captured graph too, so the question whether such a kernel can live in the decode
+// graph is answered as well). Grids of one and two blocks a multiprocessor, 256 threads.
+//   mixserve-cuda-sync-bench [--kernels 200] [--replays 50] [--out F.json]
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/bench_args.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/device_memory.cuh"
+
+namespace mixserve::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+// A step's least work: one thread adds to its block's counter, as a kernel of a decode step would
+// touch memory the next one reads.
+__global__ void tiny_kernel(float* counters) {
+  kernel_prologue();
+  if (threadIdx.x == 0) counters[blockIdx.x] += 1.0f;
+}
+
+// The same work between `n` grid-wide barriers.
+__global__ void barrier_kernel(float* counters, int n) {
+  kernel_prologue();
+  cg::grid_group grid = cg::this_grid();
+  for (int i = 0; i < n; ++i) {
+    if (threadIdx.x == 0) counters[(blockIdx.x + i) % gridDim.x] += 1.0f;
+    grid.sync();
+  }
+}
+
+// Replays a graph `replays` times; µs per replay, median of 5 timed rounds.
+double replay_us(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> rounds;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < replays; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    rounds.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        replays);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[2];
+}
+
+template <typename Enqueue>
+cudaGraphExec_t capture(cudaStream_t stream, Enqueue enqueue) {
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  CUDA_CHECK(e);
+  return exec;
+}
+
+int main_(int argc, char** argv) {
+  BenchArgs a("mixserve-cuda-sync-bench",
+              "kernel boundaries in a graph against grid-wide barriers in one kernel");
+  a.flag("kernels", "200", "tiny kernels a graph chains (and barriers a kernel waits at)");
+  a.flag("replays", "50", "graph replays a timed round");
+  a.flag("out", "", "write the results to this JSON file");
+  std::string error;
+  if (!a.parse(argc - 1, argv + 1, error)) {
+    std::cerr << error << "\n" << a.help();
+    return 2;
+  }
+  if (a.help_requested()) {
+    std::cout << a.help();
+    return 0;
+  }
+  if (!cuda_device_available()) {
+    std::cerr << "no CUDA device\n";
+    return 1;
+  }
+  const int n = static_cast<int>(a.integer("kernels")),
+            replays = static_cast<int>(a.integer("replays"));
+  int device = 0, sms = 0, cooperative = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer<float> counters(2 * sms);
+  CUDA_CHECK(cudaMemset(counters.get(), 0, 2 * sms * sizeof(float)));
+  nlohmann::json results = nlohmann::json::array();
+  for (int per_sm : {1, 2}) {
+    const int grid = per_sm * sms;
+    for (bool pdl : {false, true}) {
+      dependent_launch = pdl;
+      cudaGraphExec_t exec = capture(stream, [&] {
+        for (int i = 0; i < n; ++i)
+          launch_kernel(tiny_kernel, grid, 256, 0, stream, counters.get());
+      });
+      const double us = replay_us(exec, stream, replays);
+      cudaGraphExecDestroy(exec);
+      results.push_back({{"what", "kernel boundary in a graph"},
+                         {"grid", grid},
+                         {"dependent_launch", pdl},
+                         {"us_each", us / n}});
+      std::printf("grid %4d  kernel boundary, dependent launch %-3s  %7.3f us each\n", grid,
+                  pdl ? "on" : "off", us / n);
+    }
+    dependent_launch = false;
+    nlohmann::json r = {{"what", "grid.sync in a cooperative kernel"}, {"grid", grid}};
+    int fits = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, barrier_kernel, 256, 0));
+    if (!cooperative || fits * sms < grid) {
+      r["error"] = "not co-resident: " + std::to_string(fits) + " blocks a multiprocessor";
+      results.push_back(r);
+      continue;
+    }
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = 256;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    float* c = counters.get();
+    cudaGraph_t g = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const cudaError_t launched = cudaLaunchKernelEx(&config, barrier_kernel, c, n);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &g);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t made = launched != cudaSuccess ? launched : ended;
+    if (made == cudaSuccess) made = cudaGraphInstantiate(&exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (made == cudaSuccess) {
+      const double us = replay_us(exec, stream, replays);
+      cudaGraphExecDestroy(exec);
+      r["captured"] = true;
+      r["us_each"] = us / n;
+    } else {
+      cudaGetLastError();  // clear the capture's error, then measure it launched eagerly
+      r["captured"] = false;
+      r["capture_error"] = cudaGetErrorString(made);
+      CUDA_CHECK(cudaLaunchKernelEx(&config, barrier_kernel, c, n));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < replays; ++i)
+        CUDA_CHECK(cudaLaunchKernelEx(&config, barrier_kernel, c, n));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      r["us_each"] =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          replays / n;
+    }
+    std::printf("grid %4d  grid.sync (%s)                    %7.3f us each\n", grid,
+                r["captured"].get<bool>() ? "in a graph" : "eager", r["us_each"].get<double>());
+    results.push_back(r);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  const nlohmann::json out = {{"device", cuda_device_name()},
+                              {"date", date},
+                              {"multiprocessors", sms},
+                              {"kernels", n},
+                              {"results", results}};
+  if (!a.str("out").empty()) std::ofstream(a.str("out")) << out.dump(1) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace mixserve::cuda
+
+int main(int argc, char** argv) {
+  try {
+    return mixserve::cuda::main_(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "mixserve-cuda-sync-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
