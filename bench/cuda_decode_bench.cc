@@ -24,6 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/sequence_state.h"
 #include "kernels/cuda_backend.h"
+#include "mixserve_version.h"  // MIXSERVE_VERSION: git describe at build time
 
 namespace mixserve {
 namespace {
@@ -265,6 +266,7 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   nlohmann::json all = {
       {"device", cuda_device_name()},
+      {"commit", MIXSERVE_VERSION},
       {"date", date},
       {"weights", a.str("weights")},
       {"config",

@@ -21,6 +21,7 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_memory.cuh"
+#include "mixserve_version.h"  // MIXSERVE_VERSION: git describe at build time
 
 namespace mixserve::cuda {
 namespace {
@@ -175,11 +176,9 @@ int main_(int argc, char** argv) {
   char date[64];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
-  const nlohmann::json out = {{"device", cuda_device_name()},
-                              {"date", date},
-                              {"multiprocessors", sms},
-                              {"kernels", n},
-                              {"results", results}};
+  const nlohmann::json out = {
+      {"device", cuda_device_name()}, {"date", date}, {"commit", MIXSERVE_VERSION},
+      {"multiprocessors", sms},       {"kernels", n}, {"results", results}};
   if (!a.str("out").empty()) std::ofstream(a.str("out")) << out.dump(1) << "\n";
   return 0;
 }
