@@ -18,9 +18,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
-#include "kernels/cuda_backend.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/device_memory.cuh"
 #include "mixserve_version.h"  // MIXSERVE_VERSION: git describe at build time
 
 namespace mixserve::cuda {
@@ -90,7 +88,8 @@ int main_(int argc, char** argv) {
     std::cout << a.help();
     return 0;
   }
-  if (!cuda_device_available()) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::cerr << "no CUDA device\n";
     return 1;
   }
@@ -102,16 +101,18 @@ int main_(int argc, char** argv) {
   CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  DeviceBuffer<float> counters(2 * sms);
-  CUDA_CHECK(cudaMemset(counters.get(), 0, 2 * sms * sizeof(float)));
+  float* counters = nullptr;  // freed at exit
+  CUDA_CHECK(cudaMalloc(&counters, 2 * sms * sizeof(float)));
+  CUDA_CHECK(cudaMemset(counters, 0, 2 * sms * sizeof(float)));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   nlohmann::json results = nlohmann::json::array();
   for (int per_sm : {1, 2}) {
     const int grid = per_sm * sms;
     for (bool pdl : {false, true}) {
       dependent_launch = pdl;
       cudaGraphExec_t exec = capture(stream, [&] {
-        for (int i = 0; i < n; ++i)
-          launch_kernel(tiny_kernel, grid, 256, 0, stream, counters.get());
+        for (int i = 0; i < n; ++i) launch_kernel(tiny_kernel, grid, 256, 0, stream, counters);
       });
       const double us = replay_us(exec, stream, replays);
       cudaGraphExecDestroy(exec);
@@ -140,7 +141,7 @@ int main_(int argc, char** argv) {
     config.stream = stream;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    float* c = counters.get();
+    float* c = counters;
     cudaGraph_t g = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const cudaError_t launched = cudaLaunchKernelEx(&config, barrier_kernel, c, n);
@@ -177,7 +178,7 @@ int main_(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   const nlohmann::json out = {
-      {"device", cuda_device_name()}, {"date", date}, {"commit", MIXSERVE_VERSION},
+      {"device", prop.name}, {"date", date}, {"commit", MIXSERVE_VERSION},
       {"multiprocessors", sms},       {"kernels", n}, {"results", results}};
   if (!a.str("out").empty()) std::ofstream(a.str("out")) << out.dump(1) << "\n";
   return 0;
