@@ -54,17 +54,13 @@ void BlockTables::sync(int32_t slot, const SequenceState& state, std::vector<Blo
   const int32_t* synced = &synced_[static_cast<size_t>(slot) * n_layers()];
   for (int l = 0; l < n_layers(); ++l) {
     const std::vector<int32_t>& p = pages[l];
-    if (appended && p.size() >= static_cast<size_t>(synced[l])) {
-      sync_layer(slot, l, p, synced[l], false, writes);  // only the appended blocks
-      if (verify_ && !std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)]))
-        throw std::logic_error("BlockTables: layer " + std::to_string(l) +
-                               "'s page list changed in place within generation " +
-                               std::to_string(state.generation));
-    } else if (!std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)])) {
-      sync_layer(slot, l, p, 0, true, writes);
-    } else {
-      synced_[static_cast<size_t>(slot) * n_layers() + l] = static_cast<int32_t>(p.size());
-    }
+    // Only the appended blocks, unread; or every block, compared.
+    const bool tail = appended && p.size() >= static_cast<size_t>(synced[l]);
+    sync_layer(slot, l, p, tail ? synced[l] : 0, !tail, writes);
+    if (verify_ && !std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)]))
+      throw std::logic_error("BlockTables: layer " + std::to_string(l) +
+                             "'s page list changed in place within generation " +
+                             std::to_string(state.generation));
   }
 }
 

@@ -12,6 +12,15 @@ uint64_t next_generation() {
 }
 }  // namespace
 
+std::vector<int32_t> most_pages_per_layer(const std::vector<StateLayout>& layouts,
+                                          int64_t page_floats, int64_t max_seq_len) {
+  std::vector<int32_t> pages;
+  for (const StateLayout& l : layouts)
+    pages.push_back(
+        pages_holding(l.floats_for(max_seq_len + StateAllocator::kGrowTokens), page_floats));
+  return pages;
+}
+
 int32_t StateAllocator::layer_pages_for(int layer, int64_t tokens) const {
   return pages_holding(backend_.state_layouts()[layer].floats_for(tokens), backend_.page_floats());
 }

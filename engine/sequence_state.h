@@ -10,6 +10,26 @@
 
 namespace mixserve {
 
+// Which page lists a SequenceState holds (SequenceState::generation): a value that moves with
+// the lists and that a copy does not inherit (0), since a copy's lists may then change apart from
+// the original's.
+class PageListGeneration {
+ public:
+  PageListGeneration() = default;
+  PageListGeneration(uint64_t value) : value_(value) {}  // NOLINT: a plain number where set
+  PageListGeneration(const PageListGeneration&) {}
+  PageListGeneration& operator=(const PageListGeneration&) {
+    value_ = 0;
+    return *this;
+  }
+  PageListGeneration(PageListGeneration&&) = default;
+  PageListGeneration& operator=(PageListGeneration&&) = default;
+  operator uint64_t() const { return value_; }  // NOLINT
+
+ private:
+  uint64_t value_ = 0;
+};
+
 struct SequenceState {
   std::vector<std::vector<int32_t>> layer_pages;  // [n_layers], logical order
   int64_t capacity_tokens = 0;                    // tokens the pages can hold
@@ -20,23 +40,19 @@ struct SequenceState {
   // replaces or empties them (new_tables, keep_tables); between two values they only grow at the
   // end (grow). A device's block tables (engine/block_tables.h) then send only the appended
   // entries. 0 (a state built by hand, or a copy) promises nothing: its lists are compared whole.
-  uint64_t generation = 0;
+  PageListGeneration generation;
   bool allocated() const { return !layer_pages.empty(); }
-
-  SequenceState() = default;
-  SequenceState(SequenceState&&) = default;
-  SequenceState& operator=(SequenceState&&) = default;
-  // A copy's lists may then change apart from the original's: it keeps no generation.
-  SequenceState(const SequenceState& o)
-      : layer_pages(o.layer_pages), capacity_tokens(o.capacity_tokens), shared(o.shared) {}
-  SequenceState& operator=(const SequenceState& o) {
-    layer_pages = o.layer_pages;
-    capacity_tokens = o.capacity_tokens;
-    shared = o.shared;
-    generation = 0;
-    return *this;
-  }
 };
+
+// Pages of page_floats floats that hold `floats` floats.
+inline int32_t pages_holding(int64_t floats, int64_t page_floats) {
+  return static_cast<int32_t>((floats + page_floats - 1) / page_floats);
+}
+
+// The most pages each layer of one sequence holds: its state at max_seq_len, rounded up to the
+// kGrowTokens StateAllocator::grow takes at a time (what a device's block table makes room for).
+std::vector<int32_t> most_pages_per_layer(const std::vector<StateLayout>& layouts,
+                                          int64_t page_floats, int64_t max_seq_len);
 
 class StateAllocator {
  public:
@@ -98,9 +114,6 @@ class StateAllocator {
     int64_t fixed_floats, token_floats;
   };
   const std::vector<GrowingLayer>& growing_layers();
-  static int32_t pages_holding(int64_t floats, int64_t page_floats) {
-    return static_cast<int32_t>((floats + page_floats - 1) / page_floats);
-  }
   int32_t pages_of(const GrowingLayer& g, int64_t tokens) const {
     return pages_holding(g.fixed_floats + tokens * g.token_floats, page_floats_);
   }

@@ -225,7 +225,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   int64_t scratch = 0;  // pages a dummy sequence holds, over all layers
   for (int i = 0; i < m.n_layers; ++i) {
     m.layouts.push_back(layer_state_layout(cfg, i));
-    scratch += (m.layouts[i].floats_for(1) + m.page_floats - 1) / m.page_floats;  // one token
+    scratch += pages_holding(m.layouts[i].floats_for(1), m.page_floats);  // one token
   }
   int64_t pool_bytes = opts.pool_bytes;
   if (pool_bytes <= 0) {
@@ -239,23 +239,18 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   m.total_pages =
       static_cast<int32_t>(std::min<int64_t>(pool_bytes / page_bytes, INT32_MAX - scratch));
   m.pool.reserve(static_cast<size_t>(m.total_pages + scratch) * m.page_floats);
-  auto layer_pages = [&](int i, int64_t tokens) {
-    return static_cast<int32_t>((m.layouts[i].floats_for(tokens) + m.page_floats - 1) /
-                                m.page_floats);
-  };
   int32_t next = m.total_pages;
   std::vector<std::vector<int32_t>> scratch_pages;  // per layer: a padding row's pages
   for (int i = 0; i < m.n_layers; ++i) {
     scratch_pages.emplace_back();
-    for (int32_t p = 0; p < layer_pages(i, 1); ++p) scratch_pages.back().push_back(next++);
+    for (int32_t p = 0; p < pages_holding(m.layouts[i].floats_for(1), m.page_floats); ++p)
+      scratch_pages.back().push_back(next++);
   }
   CUDA_CHECK(cudaMemsetAsync(m.pool.get() + int64_t{m.total_pages} * m.page_floats, 0,
                              scratch * page_bytes, m.stream));
-  // Block tables: room for a state at max_seq_len, rounded up as StateAllocator::grow rounds.
-  std::vector<int32_t> layer_blocks;
+  std::vector<int32_t> layer_blocks;  // empty: page lists
   if (env_switch("MIXSERVE_CUDA_BLOCK_TABLES", opts.block_tables))
-    for (int i = 0; i < m.n_layers; ++i)
-      layer_blocks.push_back(layer_pages(i, cfg.max_seq_len + StateAllocator::kGrowTokens));
+    layer_blocks = most_pages_per_layer(m.layouts, m.page_floats, cfg.max_seq_len);
   // MIXSERVE_CUDA_BLOCK_TABLES_VERIFY=1: every page list compared in full as well (tests).
   m.step = std::make_unique<StepData>(m.pool.get(), m.page_floats, m.layouts,
                                       std::move(scratch_pages), std::move(layer_blocks),

@@ -100,25 +100,24 @@ struct DevPages {
   __device__ const int32_t* list(int s) const {
     return table ? slot_pages(table, slot_stride, slot[s], padding) : pages + start[s];
   }
-  // Address of logical float `flat` of sequence s; a row-aligned run of ≤ d floats is contiguous.
-  __device__ float* at(int s, int64_t flat) const {
-    return pool + page_float(list(s), page_floats, flat);
-  }
-  // Float `i` of token `token`'s row of `token_floats` floats, of sequence s.
-  __device__ float* token_row(int s, int64_t token, int64_t token_floats, int64_t i = 0) const {
-    return at(s, token_base + token * token_floats + i);
-  }
-  // One sequence's pages, its list looked up once (for loops over many of its tokens).
+  // One sequence's pages, its list looked up once (loops over many of its tokens keep it).
   struct Seq {
     float* pool;
     const int32_t* list;
     int32_t page_floats;
     int64_t token_base;
+    // Address of logical float `flat`; a row-aligned run of ≤ d floats is contiguous.
+    __device__ float* at(int64_t flat) const { return pool + page_float(list, page_floats, flat); }
+    // Float `i` of token `token`'s row of `token_floats` floats.
     __device__ float* token_row(int64_t token, int64_t token_floats, int64_t i = 0) const {
-      return pool + page_float(list, page_floats, token_base + token * token_floats + i);
+      return at(token_base + token * token_floats + i);
     }
   };
   __device__ Seq seq(int s) const { return Seq{pool, list(s), page_floats, token_base}; }
+  __device__ float* at(int s, int64_t flat) const { return seq(s).at(flat); }
+  __device__ float* token_row(int s, int64_t token, int64_t token_floats, int64_t i = 0) const {
+    return seq(s).token_row(token, token_floats, i);
+  }
 };
 
 __device__ __forceinline__ float sigmoidf_(float x) {

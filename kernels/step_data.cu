@@ -28,12 +28,10 @@ bool StepData::upload(cudaStream_t stream, const ForwardBatch& b, const DeviceBa
   pack_rows(b, at, meta_);
   if (tables_) {
     tables_->plan(b.states, slots_, writes_);
-    if (tables_->entries() != table_dev_entries_) {  // the slots grew: a new table, uploaded whole
+    if (table_dev_.reserve(tables_->entries())) {  // the slots grew: a new table, uploaded whole
       moved = true;
-      table_dev_.reserve(tables_->entries());
-      table_dev_entries_ = tables_->entries();
       CUDA_CHECK(cudaMemcpyAsync(table_dev_.get(), tables_->host_entries().data(),
-                                 table_dev_entries_ * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 tables_->entries() * sizeof(int32_t), cudaMemcpyHostToDevice,
                                  stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));  // from pageable memory the plan rewrites
     }

@@ -44,7 +44,6 @@ class StepData {
   // through each step's writes) and padding_pages on the device.
   std::unique_ptr<BlockTables> tables_;
   DeviceBuffer<int32_t> table_dev_, padding_dev_;
-  int64_t table_dev_entries_ = 0;
   std::vector<int64_t> padding_offset_;  // [layer] into padding_dev_
   std::vector<int32_t> slots_;
   std::vector<BlockWrite> writes_;

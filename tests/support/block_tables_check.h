@@ -17,15 +17,12 @@ namespace mixserve::testing {
 
 class BlockTablesCheck : public Backend {
  public:
-  explicit BlockTablesCheck(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {
-    std::vector<int32_t> blocks;
-    for (const StateLayout& l : inner_->state_layouts())
-      blocks.push_back(static_cast<int32_t>(
-          (l.floats_for(inner_->config().max_seq_len + StateAllocator::kGrowTokens) +
-           inner_->page_floats() - 1) /
-          inner_->page_floats()));
-    tables_ = std::make_unique<BlockTables>(std::move(blocks), 1, true);
-  }
+  explicit BlockTablesCheck(std::unique_ptr<Backend> inner)
+      : inner_(std::move(inner)),
+        tables_(std::make_unique<BlockTables>(
+            most_pages_per_layer(inner_->state_layouts(), inner_->page_floats(),
+                                 inner_->config().max_seq_len),
+            1, true)) {}
   std::string name() const override { return inner_->name(); }
   const ModelConfig& config() const override { return inner_->config(); }
   const std::vector<StateLayout>& state_layouts() const override { return inner_->state_layouts(); }
