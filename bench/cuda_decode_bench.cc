@@ -185,7 +185,8 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"ordered_sums", backend.ordered_sums()},
         {"dependent_launch", backend.dependent_launch()},
         {"block_tables", backend.block_tables()},
-        {"split_attention", backend.split_attention()}}}};
+        {"split_attention", backend.split_attention()},
+        {"pipelined_gemm", backend.pipelined_gemm()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
     r["sample_device_tok_s"] = batch / median(times[2]);

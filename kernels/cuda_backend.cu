@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "engine/mixers/registry.h"
 #include "engine/positions.h"
@@ -37,13 +38,22 @@ std::string cuda_device_name() {
   return p.name;
 }
 
+namespace {
+constexpr std::pair<CudaWeightType, const char*> kWeightTypeNames[] = {
+    {CudaWeightType::kF32, "f32"},   {CudaWeightType::kF16, "f16"},
+    {CudaWeightType::kBF16, "bf16"}, {CudaWeightType::kAuto, "auto"},
+    {CudaWeightType::kInt8, "int8"}, {CudaWeightType::kInt4, "int4"}};
+}  // namespace
+
+std::string cuda_weight_type_name(CudaWeightType type) {
+  for (auto [t, name] : kWeightTypeNames)
+    if (t == type) return name;
+  return "?";
+}
+
 CudaWeightType parse_cuda_weight_type(const std::string& name) {
-  if (name == "f32") return CudaWeightType::kF32;
-  if (name == "f16") return CudaWeightType::kF16;
-  if (name == "bf16") return CudaWeightType::kBF16;
-  if (name == "auto") return CudaWeightType::kAuto;
-  if (name == "int8") return CudaWeightType::kInt8;
-  if (name == "int4") return CudaWeightType::kInt4;
+  for (auto [t, n] : kWeightTypeNames)
+    if (name == n) return t;
   throw std::invalid_argument("weight type must be f32, f16, bf16, auto, int8 or int4, not '" +
                               name + "'");
 }
@@ -109,7 +119,7 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false, dependent_launch = false;
+       ordered_sums = false, dependent_launch = false, pipelined_gemm = false;
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
@@ -266,6 +276,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   dw.use_tensor_cores(m.tensor_cores);
   dw.use_small_batch_gemv(m.small_batch_gemv);
   dw.use_ordered_sums(m.ordered_sums);
+  m.pipelined_gemm = env_switch("MIXSERVE_CUDA_PIPELINED", opts.pipelined_gemm);
+  dw.use_pipelined(m.pipelined_gemm);
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
@@ -427,6 +439,9 @@ bool CudaBackend::ordered_sums() const {
 }
 bool CudaBackend::dependent_launch() const {
   return impl_->dependent_launch;
+}
+bool CudaBackend::pipelined_gemm() const {
+  return impl_->pipelined_gemm;
 }
 bool CudaBackend::block_tables() const {
   return impl_->step->block_tables();

@@ -70,6 +70,13 @@ struct CudaBackendOptions {
   // golden tolerance. MIXSERVE_CUDA_SPLIT_ATTENTION=1|0 overrides. Off by default until it has
   // passed on a GPU.
   bool split_attention = false;
+  // Projections the small-batch GEMM does not take (more than 8 rows, or small_batch_gemv off) on
+  // kernels/gemm_pipelined.cu: the tiled kernel's tiles and bits, with K copied by cp.async
+  // kPipelineStages − 1 steps ahead instead of one wait per step, and the first weights copied
+  // before the wait for the previous kernel (kernels/gemm_pipeline.h). Not for int4 weights, nor
+  // in the K-chunked order. MIXSERVE_CUDA_PIPELINED=1|0 overrides. Off by default until it has
+  // passed on a GPU.
+  bool pipelined_gemm = false;
   int device = 0;
 };
 
@@ -79,6 +86,8 @@ bool cuda_device_available();
 std::string cuda_device_name();
 // "f32" | "f16" | "bf16" | "auto" | "int8" | "int4"; throws std::invalid_argument otherwise.
 CudaWeightType parse_cuda_weight_type(const std::string& name);
+// The inverse: the name parse_cuda_weight_type takes.
+std::string cuda_weight_type_name(CudaWeightType type);
 // The device sampler on its own (tests, benchmarks): uploads logits [rows, vocab] and samples
 // rows[i] (SampleRow::row indexes the uploaded rows) as CudaBackend's device_sampling does.
 std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
@@ -108,6 +117,7 @@ class CudaBackend : public Backend {
   bool dependent_launch() const;
   bool block_tables() const;
   bool split_attention() const;
+  bool pipelined_gemm() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

@@ -36,6 +36,14 @@ __device__ __forceinline__ void kernel_prologue() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// kernel_prologue() after before_wait(), which may only read memory no kernel writes (the
+// weights): those loads then start while the previous kernel still runs (gemm_pipelined.cu issues
+// its first weight tiles' cp.async copies there).
+template <typename F>
+__device__ __forceinline__ void kernel_prologue(F&& before_wait) {
+  before_wait();
+  kernel_prologue();
+}
 
 // Whether launch_kernel asks for dependent launch: process-wide, set by the CUDA backend at the
 // start of each forward pass from its options and the pass's rows (cuda_backend.cu).

@@ -87,6 +87,10 @@ struct DevMatrix {
   // The K-chunked summation order of sum_order.h on CUDA cores (gemm.cu), which its host emulator
   // predicts bit for bit (the backend turns tensor_cores off with it).
   bool ordered_sums = false;
+  // CUDA-core path where gemv.cu does not run: gemm_pipelined.cu's kernel (K in a cp.async
+  // pipeline, weights copied before the wait for the previous kernel) instead of the tiled one —
+  // the same tiles and bits. Not for int4, nor with ordered_sums.
+  bool pipelined = false;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).
   const float* output_scales() const { return type == CudaWeightType::kInt8 ? scales : nullptr; }
@@ -105,6 +109,8 @@ class DeviceWeights {
   void use_small_batch_gemv(bool on) { small_batch_gemv_ = on; }
   // Matrices uploaded from now on use the K-chunked order (DevMatrix::ordered_sums).
   void use_ordered_sums(bool on) { ordered_sums_ = on; }
+  // Matrices uploaded from now on use gemm_pipelined.cu where it applies (DevMatrix::pipelined).
+  void use_pipelined(bool on) { pipelined_ = on; }
   // Attention parts built from now on split their keys (CudaBackendOptions::split_attention).
   // Kept here, beside the GEMM choices, because every part's factory gets this object.
   void use_split_attention(bool on) { split_attention_ = on; }
@@ -127,7 +133,7 @@ class DeviceWeights {
 
  private:
   CudaWeightType type_;
-  bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false,
+  bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false, pipelined_ = false,
        split_attention_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;

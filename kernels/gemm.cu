@@ -107,18 +107,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     }
     __syncthreads();
     if (k0 + BK < k_stop) fetch(k0 + BK);
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      float av[TM], bv[TN];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = As[kk][ty + i * TY];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = __fmaf_rn(av[i], bv[j], acc[i][j]);
-    }
+    sum_tile_step<BM, BN, TM, TN, BK>(As, Bs, tx, ty, acc);
     __syncthreads();
     if constexpr (Ordered) {
       const int k_last = min(k0 + BK, k_stop) - 1;
@@ -188,17 +177,6 @@ void launch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chun
                   w.k, k_chunk, out, partial);
 }
 
-// The multiprocessors of the device the process uses (one device: CudaBackendOptions::device).
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return count;
-}
-
 // The tile (gemm_tiles.h) for this device's multiprocessors.
 template <typename WT, typename Loader>
 void dispatch_shape(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_chunk,
@@ -225,12 +203,25 @@ void dispatch(cudaStream_t stream, Loader a, const DevMatrix& w, int M, int k_ch
 
 }  // namespace
 
+namespace gemm_parts {
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+}  // namespace gemm_parts
+
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
   if (w.tensor_cores)
     return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
   if (gemv_ordered_applies(w, M)) return gemm_small_batch_ordered(stream, in, w, M, out);
-  if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);  // same bits, M ≤ 8
+  if (gemv_applies(w, M)) return gemm_small_batch(stream, in, w, M, out);     // same bits, M ≤ 8
+  if (pipelined_applies(w, M)) return gemm_pipelined(stream, in, w, M, out);  // same bits
   PlainLoader a{in, w.k, nullptr, nullptr};
   dispatch(stream, a, w, M, w.k, 1, out, nullptr);
 }

@@ -16,6 +16,11 @@ void gemm_tensor_cores(cudaStream_t stream, const GemmIn& in, const DevMatrix& w
 bool gemv_applies(const DevMatrix& w, int M);
 void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                       const GemmOut& out);
+// gemm_pipelined.cu's kernel (DevMatrix::pipelined): the tiled kernel's tiles and bits, with K
+// in a cp.async pipeline; for every M the two kernels above do not take.
+bool pipelined_applies(const DevMatrix& w, int M);
+void gemm_pipelined(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
+                    const GemmOut& out);
 // gemv_ordered.cu's kernel for M ≤ 8 in the K-chunked order (ordered_sums with small_batch_gemv):
 // each chunk of K summed by a thread of its own, the tiled kernel's bits in that order.
 bool gemv_ordered_applies(const DevMatrix& w, int M);
@@ -23,6 +28,10 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
                               const GemmOut& out);
 
 namespace gemm_parts {
+
+// The multiprocessors of the device the process uses (one device: CudaBackendOptions::device);
+// the tile rule (gemm_tiles.h) needs them.
+int multiprocessors();
 
 __device__ __forceinline__ float widen(float v) {
   return v;
@@ -175,12 +184,45 @@ struct PlainLoader {
     return K;
   }
   __device__ const float* row(int r) const { return in.x + (in.rows ? in.rows[r] : r) * in.ldx; }
-  __device__ float load(int i, int r, int k) const {
-    const float v = row(r)[k];
+  __device__ float load(int i, int r, int k) const { return norm(i, k, row(r)[k]); }
+  // v = x[k] of the block's row i as the sum uses it: layer-normed when in.ln_w is set. One
+  // expression for every kernel that reads rows (gemm_pipelined.cu copies them raw first).
+  __device__ float norm(int i, int k, float v) const {
     if (!in.ln_w) return v;
     return fmaf((v - mean[i]) * inv[i], in.ln_w[k], in.ln_b ? in.ln_b[k] : 0.0f);
   }
 };
+
+// acc[i][j] += As[k][ty + i·TY] · Bs[k][tx + j·TX] for k = 0…BK−1 in order, one FMA each: the
+// CUDA-core tiles' inner loop (gemm.cu, gemm_pipelined.cu), so both sum an output the same way.
+// Thread (tx, ty)'s outputs are strided so that a warp's shared-memory reads hit distinct banks.
+template <int BM, int BN, int TM, int TN, int BK>
+__device__ __forceinline__ void sum_tile_step(const float (&As)[BK][BM + 1],
+                                              const float (&Bs)[BK][BN + 1], int tx, int ty,
+                                              float (&acc)[TM][TN]) {
+  constexpr int TX = BN / TN, TY = BM / TM;
+#pragma unroll
+  for (int kk = 0; kk < BK; ++kk) {
+    float av[TM], bv[TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i) av[i] = As[kk][ty + i * TY];
+#pragma unroll
+    for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx + j * TX];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = __fmaf_rn(av[i], bv[j], acc[i][j]);
+  }
+}
+
+// Whether each row of w's weights is a whole number of 32-bit words (copied word by word with
+// cp.async): K even for 16-bit weights, a multiple of 4 for int8, of 32 for int4 (so the int4
+// groups are whole too: int4_groups(K) = K / 32).
+inline bool rows_are_whole_words(const DevMatrix& w) {
+  return w.type == CudaWeightType::kF32 || (w.type == CudaWeightType::kInt8 && w.k % 4 == 0) ||
+         (w.type == CudaWeightType::kInt4 && w.k % kInt4Group == 0) ||
+         ((w.type == CudaWeightType::kF16 || w.type == CudaWeightType::kBF16) && w.k % 2 == 0);
+}
 
 }  // namespace gemm_parts
 }  // namespace mixserve::cuda

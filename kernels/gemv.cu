@@ -133,14 +133,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 bool gemv_applies(const DevMatrix& w, int M) {
-  // Rows copied as whole 32-bit words: K even for 16-bit weights, a multiple of 4 for int8, of 8
-  // for int4 (a multiple of 32 too, so the int4 groups are whole: int4_groups(K) = K / 32).
-  const bool whole_words =
-      w.type == CudaWeightType::kF32 || (w.type == CudaWeightType::kInt8 && w.k % 4 == 0) ||
-      (w.type == CudaWeightType::kInt4 && w.k % kInt4Group == 0) ||
-      ((w.type == CudaWeightType::kF16 || w.type == CudaWeightType::kBF16) && w.k % 2 == 0);
   return w.small_batch_gemv && !w.tensor_cores && !w.ordered_sums && M >= 1 && M <= kRows &&
-         whole_words;
+         rows_are_whole_words(w);
 }
 
 void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,

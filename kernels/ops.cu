@@ -196,6 +196,7 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
       tensor_cores_ && (m.type == CudaWeightType::kF16 || m.type == CudaWeightType::kBF16);
   m.small_batch_gemv = small_batch_gemv_;
   m.ordered_sums = ordered_sums_;
+  m.pipelined = pipelined_;
   if (bias) m.bias = f32(bias, n);
   return m;
 }

@@ -10,11 +10,9 @@
 
 namespace mixserve::cuda {
 
-// y [M, w.n] = x [M, w.k]·Wᵀ + b, with x at dx (rows w.k apart) and dy room for M·w.n floats.
-inline std::vector<float> device_gemm(const DevMatrix& w, const float* dx, float* dy, int M) {
-  GemmIn in;
-  in.x = dx;
-  in.ldx = w.k;
+// y [M, w.n] = A·Wᵀ + b for the M rows of A that `in` gives (x, gathered and normed as it says),
+// dy room for M·w.n floats.
+inline std::vector<float> device_gemm(const DevMatrix& w, const GemmIn& in, float* dy, int M) {
   GemmOut out;
   out.y = dy;
   out.ldy = w.n;
@@ -22,6 +20,14 @@ inline std::vector<float> device_gemm(const DevMatrix& w, const float* dx, float
   std::vector<float> y(static_cast<size_t>(M) * w.n);
   CUDA_CHECK(cudaMemcpy(y.data(), dy, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return y;
+}
+
+// The same with x at dx, rows w.k apart.
+inline std::vector<float> device_gemm(const DevMatrix& w, const float* dx, float* dy, int M) {
+  GemmIn in;
+  in.x = dx;
+  in.ldx = w.k;
+  return device_gemm(w, in, dy, M);
 }
 
 }  // namespace mixserve::cuda

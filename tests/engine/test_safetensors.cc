@@ -14,7 +14,9 @@
 #include "engine/safetensors.h"
 
 namespace mixserve {
-namespace {
+// Named, not anonymous: the unity build may put this file beside test_loader.cc, whose helpers
+// (temp_path, Corruption) have the same names.
+namespace safetensors_test {
 
 namespace fs = std::filesystem;
 
@@ -419,5 +421,5 @@ TEST(Safetensors, FilesThatAreNotSafetensorsAtAll) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace safetensors_test
 }  // namespace mixserve
