@@ -73,7 +73,8 @@ struct CudaBackendOptions {
   // Projections the small-batch GEMM does not take (more than 8 rows, or small_batch_gemv off) on
   // kernels/gemm_pipelined.cu: the tiled kernel's tiles and bits, with K copied by cp.async
   // kPipelineStages − 1 steps ahead instead of one wait per step, and the first weights copied
-  // before the wait for the previous kernel (kernels/gemm_pipeline.h). Not for int4 weights, nor
+  // before the wait for the previous kernel (kernels/gemm_pipeline.h); the small-batch GEMM
+  // (gemv.cu) copies its first chunk of weights before that wait too. Not for int4 weights, nor
   // in the K-chunked order. MIXSERVE_CUDA_PIPELINED=1|0 overrides. Off by default until it has
   // passed on a GPU.
   bool pipelined_gemm = false;

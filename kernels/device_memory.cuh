@@ -89,7 +89,8 @@ struct DevMatrix {
   bool ordered_sums = false;
   // CUDA-core path where gemv.cu does not run: gemm_pipelined.cu's kernel (K in a cp.async
   // pipeline, weights copied before the wait for the previous kernel) instead of the tiled one —
-  // the same tiles and bits. Not for int4, nor with ordered_sums.
+  // the same tiles and bits. Not for int4, nor with ordered_sums. gemv.cu then copies its first
+  // chunk of weights before that wait too.
   bool pipelined = false;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).

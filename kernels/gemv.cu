@@ -66,13 +66,49 @@ __device__ __forceinline__ float sum_chunk<PackedInt4>(const uint32_t* wrow, con
 // One stage: the weight rows, then the rows of A; sized for float32 weights (the largest).
 constexpr int kStageBytes = kOutputs * (kChunk + 1) * 4 + kRows * kChunk * 4;
 
+// The two stages, declared in a function so that copies issued before kernel_prologue's wait and
+// the rest of the kernel reach the same memory.
+__device__ unsigned char* stages() {
+  __shared__ __align__(16) unsigned char smem[2 * kStageBytes];
+  return smem;
+}
+template <typename WT>
+__device__ uint32_t* stage_weights(int chunk) {
+  return reinterpret_cast<uint32_t*>(stages() + (chunk % 2) * kStageBytes);
+}
+template <typename WT>
+__device__ float* stage_rows(int chunk) {
+  return reinterpret_cast<float*>(stages() + (chunk % 2) * kStageBytes +
+                                  kOutputs * row_words<WT>() * 4);
+}
+
+// Chunk `chunk`'s weight rows of this block's outputs into its stage by cp.async, one commit
+// group. Weights only, which no kernel writes: with early_weights it runs before the wait for the
+// previous kernel (CudaBackendOptions::pipelined_gemm).
+template <typename WT>
+__device__ void copy_weight_chunk(const WT* W, int N, int K, int chunk) {
+  const int n0 = blockIdx.x * kOutputs, rows_here = min(kOutputs, N - n0);
+  const int c0 = chunk * kChunk, len = min(kChunk, K - c0);
+  const int len_words = static_cast<int>(weight_words<WT>(len));  // whole: as K (gemv_applies)
+  const int64_t c0_words = weight_words<WT>(c0), k_words = weight_words<WT>(K);
+  const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // a row is whole words
+  uint32_t* ws = stage_weights<WT>(chunk);
+  for (int e = threadIdx.x; e < rows_here * len_words; e += kThreads) {
+    const int j = e / len_words, w = e % len_words;
+    __pipeline_memcpy_async(&ws[j * row_words<WT>() + w],
+                            &Wwords[(n0 + j) * k_words + c0_words + w], 4);
+  }
+  __pipeline_commit();
+}
+
 template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                 const float* __restrict__ group_scales, const float* __restrict__ output_scales,
-                int M, int N, int K, GemmOut out) {
-  kernel_prologue();
-  __shared__ __align__(16) unsigned char smem[2 * kStageBytes];
+                int M, int N, int K, GemmOut out, bool early_weights) {
+  kernel_prologue([&] {
+    if (early_weights) copy_weight_chunk(W, N, K, 0);
+  });
   __shared__ float stats[2 * kRows];
   constexpr int words = row_words<WT>();
   a.bind(stats, kRows);
@@ -81,28 +117,10 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kOutputs, r = threadIdx.x / kOutputs;
   const int n = n0 + lane;
   const bool active = r < M && n < N;
-  const int rows_here = min(kOutputs, N - n0);
-  const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // a row is whole words
-  const int64_t k_words = weight_words<WT>(K);
-  auto weights = [&](int chunk) {
-    return reinterpret_cast<uint32_t*>(smem + (chunk % 2) * kStageBytes);
-  };
-  auto rows = [&](int chunk) {
-    return reinterpret_cast<float*>(smem + (chunk % 2) * kStageBytes + kOutputs * words * 4);
-  };
-  // Chunk `chunk` into its buffer: the weight rows by cp.async (one commit group), the rows of A
-  // layer-normed by the threads.
-  auto fetch = [&](int chunk) {
+  // Chunk `chunk`'s rows of A into its stage, layer-normed by the threads.
+  auto copy_rows = [&](int chunk) {
     const int c0 = chunk * kChunk, len = min(kChunk, K - c0);
-    const int len_words = static_cast<int>(weight_words<WT>(len));  // whole: as K (gemv_applies)
-    const int64_t c0_words = weight_words<WT>(c0);
-    uint32_t* ws = weights(chunk);
-    for (int e = threadIdx.x; e < rows_here * len_words; e += kThreads) {
-      const int j = e / len_words, w = e % len_words;
-      __pipeline_memcpy_async(&ws[j * words + w], &Wwords[(n0 + j) * k_words + c0_words + w], 4);
-    }
-    __pipeline_commit();
-    float* as = rows(chunk);
+    float* as = stage_rows<WT>(chunk);
     for (int e = threadIdx.x; e < M * len; e += kThreads)
       as[(e / len) * kChunk + e % len] = a.load(e / len, e / len, c0 + e % len);
   };
@@ -111,10 +129,13 @@ __global__ void __launch_bounds__(kThreads)
   // This output's int4 group scales (K is a multiple of the group: gemv_applies).
   const int64_t groups = K / kInt4Group;
   const float* scales = group_scales && active ? group_scales + n * groups : nullptr;
-  fetch(0);
+  if (!early_weights) copy_weight_chunk(W, N, K, 0);
+  copy_rows(0);
   for (int chunk = 0; chunk < chunks; ++chunk) {
     if (chunk + 1 < chunks) {
-      fetch(chunk + 1);  // its buffer was last read by chunk − 1, released by the barrier below
+      // Its stage was last read by chunk − 1, released by the barrier below.
+      copy_weight_chunk(W, N, K, chunk + 1);
+      copy_rows(chunk + 1);
       __pipeline_wait_prior(1);  // this chunk's weights have landed; the next may be in flight
     } else {
       __pipeline_wait_prior(0);
@@ -122,10 +143,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every thread's copies and row stores of this chunk are visible
     if (active) {
       const int len = min(kChunk, K - chunk * kChunk);
-      acc = sum_chunk<WT>(&weights(chunk)[lane * words], &rows(chunk)[r * kChunk], len,
-                          chunk * kChunk, scales, acc);
+      acc = sum_chunk<WT>(&stage_weights<WT>(chunk)[lane * words],
+                          &stage_rows<WT>(chunk)[r * kChunk], len, chunk * kChunk, scales, acc);
     }
-    __syncthreads();  // this chunk's buffer is free for chunk + 2
+    __syncthreads();  // this chunk's stage is free for chunk + 2
   }
   if (active) finish(out, bias, r, n, scale_output(acc, output_scales, n));
 }
@@ -144,7 +165,7 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
     launch_kernel(gemv_kernel<WT>, blocks, kThreads, 0, stream, a, static_cast<const WT*>(w.w),
-                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out);
+                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out, w.pipelined);
   });
 }
 

@@ -1,11 +1,11 @@
-// The pipelined GEMM (CudaBackendOptions::pipelined_gemm, kernels/gemm_pipelined.cu) must give the
-// tiled kernel's bits. Kernel level: float32, float16, bfloat16 and int8 weights, the paper
-// config's and GPT-2-small's shapes and odd ones (K off every BK, N off every tile), M from 1 to
-// 256 (every tile shape), plain rows and rows gathered and layer-normed on load — each output
-// equal to gemm.cu's bit for bit. Model level: every golden fixture with the option on and off
-// gives the same logits and states bit for bit in prefill chunks of 12 rows and decode batches of
-// 9…40 sequences, and a sequence decoding alone (gemv.cu) the bits it gets among 40. Skips
-// without a GPU.
+// The pipelined GEMM (CudaBackendOptions::pipelined_gemm, kernels/gemm_pipelined.cu; gemv.cu with
+// its first weights copied before the wait at M ≤ 8) must give the tiled kernel's bits. Kernel
+// level: float32, float16, bfloat16 and int8 weights, the paper config's and GPT-2-small's shapes
+// and odd ones (K off every BK, N off every tile), M from 1 to 256 (every tile shape), plain rows
+// and rows gathered and layer-normed on load — each output equal to gemm.cu's bit for bit. Model
+// level: every golden fixture with the option on and off gives the same logits and states bit for
+// bit in prefill chunks of 12 rows and decode batches of 9…40 sequences, and a sequence decoding
+// alone (gemv.cu) the bits it gets among 40. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +43,8 @@ void check(CudaWeightType type, int N, int K, bool norm, const std::vector<int>&
   ASSERT_TRUE(pipelined.pipelined);
   DevMatrix tiled = pipelined;
   tiled.pipelined = false;
+  DevMatrix small = pipelined;  // gemv.cu at M ≤ 8, its first weights copied before the wait
+  small.small_batch_gemv = true;
   DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(max_m) * N);
   DeviceBuffer<int32_t> drows(rows.size());
   CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -58,13 +60,15 @@ void check(CudaWeightType type, int N, int K, bool norm, const std::vector<int>&
     in.ln_eps = 1e-5f;
   }
   for (int M : Ms) {
-    const std::vector<float> a = device_gemm(pipelined, in, dy.get(), M),
-                             b = device_gemm(tiled, in, dy.get(), M);
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_EQ(0, std::memcmp(&a[i], &b[i], sizeof(float)))
-          << cuda_weight_type_name(type) << " N " << N << " K " << K << (norm ? " normed" : "")
-          << " M " << M << " row " << i / N << " output " << i % N << ": " << a[i] << " vs tiled "
-          << b[i];
+    const std::vector<float> b = device_gemm(tiled, in, dy.get(), M);
+    for (const DevMatrix* m : std::initializer_list<const DevMatrix*>{&pipelined, &small}) {
+      const std::vector<float> a = device_gemm(*m, in, dy.get(), M);
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(&a[i], &b[i], sizeof(float)))
+            << cuda_weight_type_name(type) << (m == &small ? " gemv.cu" : "") << " N " << N << " K "
+            << K << (norm ? " normed" : "") << " M " << M << " row " << i / N << " output " << i % N
+            << ": " << a[i] << " vs tiled " << b[i];
+    }
   }
 }
 
@@ -119,11 +123,12 @@ std::unique_ptr<CudaBackend> backend(const Fixture& fx, CudaWeightType w, bool p
 class PipelinedGemmModel : public CudaFixtureTest {};
 
 // Prefill chunks of 12 rows and decode steps of 9 and 40 sequences: the pipelined kernel with the
-// option on, the tiled one off; a sequence decoding alone runs gemv.cu either way.
+// option on, the tiled one off; decode of 3 sequences and a sequence decoding alone run gemv.cu
+// either way (with the option on its first weights copied before the wait).
 TEST_P(PipelinedGemmModel, SameBitsAsTheTiledKernel) {
   OptionBitsSchedule sch;
   sch.prefill = {{0, 12}};
-  sch.batches = {9, 40};
+  sch.batches = {3, 9, 40};
   sch.alone_every = 8;
   sch.seed = 21;
   const std::string diff = option_bits_difference(
