@@ -3,7 +3,10 @@
 // captured graph (each of `kernels` tiny kernels, with and without programmatic dependent launch)
 // against a grid-wide barrier inside one cooperative kernel (cooperative_groups grid.sync(),
 // launched in a captured graph too, so the question whether such a kernel can live in the decode
-// graph is answered as well). Grids of one and two blocks a multiprocessor, 256 threads.
+// graph is answered as well), and against a barrier of one thread-block cluster (8 blocks, sm_90's
+// portable most: what a layer fused into one kernel per cluster, e.g. an FFN's two projections with
+// the hidden vector in distributed shared memory, would wait at instead). Grids of one and two
+// blocks a multiprocessor, and one cluster alone (a batch-1 FFN's), 256 threads.
 //   mixserve-cuda-sync-bench [--kernels 200] [--replays 50] [--out F.json]
 #include <cooperative_groups.h>
 
@@ -43,6 +46,17 @@ __global__ void barrier_kernel(float* counters, int n) {
   }
 }
 
+// The same between `n` barriers of the block's cluster.
+__global__ void cluster_barrier_kernel(float* counters, int n) {
+  kernel_prologue();
+  cg::cluster_group cluster = cg::this_cluster();
+  for (int i = 0; i < n; ++i) {
+    if (threadIdx.x == 0) counters[(blockIdx.x + i) % gridDim.x] += 1.0f;
+    cluster.sync();
+  }
+}
+constexpr int kClusterBlocks = 8;
+
 // Replays a graph `replays` times; µs per replay, median of 5 timed rounds.
 double replay_us(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
   CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm
@@ -58,6 +72,46 @@ double replay_us(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[2];
+}
+
+// `kernel` (n barriers) launched with `attribute` on `grid` blocks of 256, captured in a graph and
+// replayed when the driver allows it, else launched eagerly (r["captured"] says which, with the
+// capture's error); r["us_each"]: µs a barrier.
+void barrier_us(nlohmann::json& r, cudaStream_t stream, const cudaLaunchAttribute& attribute,
+                int grid, void (*kernel)(float*, int), float* counters, int n, int replays) {
+  cudaLaunchAttribute attr = attribute;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = 256;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, counters, n);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &g);
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t made = launched != cudaSuccess ? launched : ended;
+  if (made == cudaSuccess) made = cudaGraphInstantiate(&exec, g, 0);
+  if (g) cudaGraphDestroy(g);
+  if (made == cudaSuccess) {
+    const double us = replay_us(exec, stream, replays);
+    cudaGraphExecDestroy(exec);
+    r["captured"] = true;
+    r["us_each"] = us / n;
+    return;
+  }
+  cudaGetLastError();  // clear the capture's error, then measure it launched eagerly
+  r["captured"] = false;
+  r["capture_error"] = cudaGetErrorString(made);
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, counters, n));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < replays; ++i) CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, counters, n));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  r["us_each"] =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      replays / n;
 }
 
 template <typename Enqueue>
@@ -135,41 +189,21 @@ int main_(int argc, char** argv) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeCooperative;
     attribute.val.cooperative = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = 256;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    float* c = counters;
-    cudaGraph_t g = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const cudaError_t launched = cudaLaunchKernelEx(&config, barrier_kernel, c, n);
-    const cudaError_t ended = cudaStreamEndCapture(stream, &g);
-    cudaGraphExec_t exec = nullptr;
-    cudaError_t made = launched != cudaSuccess ? launched : ended;
-    if (made == cudaSuccess) made = cudaGraphInstantiate(&exec, g, 0);
-    if (g) cudaGraphDestroy(g);
-    if (made == cudaSuccess) {
-      const double us = replay_us(exec, stream, replays);
-      cudaGraphExecDestroy(exec);
-      r["captured"] = true;
-      r["us_each"] = us / n;
-    } else {
-      cudaGetLastError();  // clear the capture's error, then measure it launched eagerly
-      r["captured"] = false;
-      r["capture_error"] = cudaGetErrorString(made);
-      CUDA_CHECK(cudaLaunchKernelEx(&config, barrier_kernel, c, n));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < replays; ++i)
-        CUDA_CHECK(cudaLaunchKernelEx(&config, barrier_kernel, c, n));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      r["us_each"] =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-          replays / n;
-    }
+    barrier_us(r, stream, attribute, grid, barrier_kernel, counters, n, replays);
     std::printf("grid %4d  grid.sync (%s)                    %7.3f us each\n", grid,
+                r["captured"].get<bool>() ? "in a graph" : "eager", r["us_each"].get<double>());
+    results.push_back(r);
+  }
+  // Cluster barriers: one cluster alone, and clusters over every multiprocessor.
+  for (int grid : {kClusterBlocks, sms / kClusterBlocks * kClusterBlocks}) {
+    nlohmann::json r = {{"what", "cluster.sync in a cluster of 8 blocks"}, {"grid", grid}};
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kClusterBlocks;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    barrier_us(r, stream, attribute, grid, cluster_barrier_kernel, counters, n, replays);
+    std::printf("grid %4d  cluster.sync (%s)                 %7.3f us each\n", grid,
                 r["captured"].get<bool>() ? "in a graph" : "eager", r["us_each"].get<double>());
     results.push_back(r);
   }
@@ -178,8 +212,8 @@ int main_(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   const nlohmann::json out = {
-      {"device", prop.name}, {"date", date}, {"commit", MIXSERVE_VERSION},
-      {"multiprocessors", sms},       {"kernels", n}, {"results", results}};
+      {"device", prop.name},    {"date", date}, {"commit", MIXSERVE_VERSION},
+      {"multiprocessors", sms}, {"kernels", n}, {"results", results}};
   if (!a.str("out").empty()) std::ofstream(a.str("out")) << out.dump(1) << "\n";
   return 0;
 }
