@@ -364,6 +364,11 @@ def main():
     if not args.peer_only:
         if args.bench_bin and args.mixserve_bin:
             bench_bin, mixserve_bin = args.bench_bin, args.mixserve_bin
+            # Checked before any round: a wrong path would otherwise surface only at the first
+            # `generate`, after a whole round of both sides.
+            for b in (bench_bin, mixserve_bin):
+                if not (os.path.isfile(b) and os.access(b, os.X_OK)):
+                    sys.exit(f"{b}: not an executable (mixserve's is build/<preset>/app/mixserve)")
         else:
             bench_bin, mixserve_bin = build(args.build_dir)
         if any(w != "f16" for w in weights) and not (accepts_flag([bench_bin], "--weights")
