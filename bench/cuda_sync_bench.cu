@@ -36,23 +36,17 @@ __global__ void tiny_kernel(float* counters) {
   if (threadIdx.x == 0) counters[blockIdx.x] += 1.0f;
 }
 
-// The same work between `n` grid-wide barriers.
+// The same work between `n` barriers: grid-wide (a cooperative launch), or of the block's
+// thread-block cluster.
+template <bool Cluster>
 __global__ void barrier_kernel(float* counters, int n) {
   kernel_prologue();
-  cg::grid_group grid = cg::this_grid();
   for (int i = 0; i < n; ++i) {
     if (threadIdx.x == 0) counters[(blockIdx.x + i) % gridDim.x] += 1.0f;
-    grid.sync();
-  }
-}
-
-// The same between `n` barriers of the block's cluster.
-__global__ void cluster_barrier_kernel(float* counters, int n) {
-  kernel_prologue();
-  cg::cluster_group cluster = cg::this_cluster();
-  for (int i = 0; i < n; ++i) {
-    if (threadIdx.x == 0) counters[(blockIdx.x + i) % gridDim.x] += 1.0f;
-    cluster.sync();
+    if constexpr (Cluster)
+      cg::this_cluster().sync();
+    else
+      cg::this_grid().sync();
   }
 }
 constexpr int kClusterBlocks = 8;
@@ -180,7 +174,7 @@ int main_(int argc, char** argv) {
     dependent_launch = false;
     nlohmann::json r = {{"what", "grid.sync in a cooperative kernel"}, {"grid", grid}};
     int fits = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, barrier_kernel, 256, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, barrier_kernel<false>, 256, 0));
     if (!cooperative || fits * sms < grid) {
       r["error"] = "not co-resident: " + std::to_string(fits) + " blocks a multiprocessor";
       results.push_back(r);
@@ -189,7 +183,7 @@ int main_(int argc, char** argv) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeCooperative;
     attribute.val.cooperative = 1;
-    barrier_us(r, stream, attribute, grid, barrier_kernel, counters, n, replays);
+    barrier_us(r, stream, attribute, grid, barrier_kernel<false>, counters, n, replays);
     std::printf("grid %4d  grid.sync (%s)                    %7.3f us each\n", grid,
                 r["captured"].get<bool>() ? "in a graph" : "eager", r["us_each"].get<double>());
     results.push_back(r);
@@ -202,7 +196,7 @@ int main_(int argc, char** argv) {
     attribute.val.clusterDim.x = kClusterBlocks;
     attribute.val.clusterDim.y = 1;
     attribute.val.clusterDim.z = 1;
-    barrier_us(r, stream, attribute, grid, cluster_barrier_kernel, counters, n, replays);
+    barrier_us(r, stream, attribute, grid, barrier_kernel<true>, counters, n, replays);
     std::printf("grid %4d  cluster.sync (%s)                 %7.3f us each\n", grid,
                 r["captured"].get<bool>() ? "in a graph" : "eager", r["us_each"].get<double>());
     results.push_back(r);

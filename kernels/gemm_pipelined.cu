@@ -15,6 +15,9 @@
 // int4 stays on the tiled kernel (its scales would be a second stream to pipeline).
 #include <cuda_pipeline.h>
 
+#include <stdexcept>
+#include <type_traits>
+
 #include "kernels/gemm_parts.cuh"
 #include "kernels/gemm_pipeline.h"
 #include "kernels/gemm_tiles.h"
@@ -180,12 +183,13 @@ bool pipelined_applies(const DevMatrix& w, int M) {
 // float32 weights (gemm_pipeline.h's budget), so a short K is one or two steps.
 void gemm_pipelined(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                     const GemmOut& out) {
-  if (M <= 0) return;
   const PlainLoader a{in, w.k, nullptr, nullptr};
   const GemmTile t = gemm_tile(M, w.n, 1, multiprocessors());
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
-    if constexpr (!std::is_same_v<WT, PackedInt4>) {
+    if constexpr (std::is_same_v<WT, PackedInt4>) {
+      throw std::logic_error("the pipelined GEMM takes no int4 weights (pipelined_applies)");
+    } else {
       if (t == kTile8x16)
         launch<WT, 8, 16, 1, 1, 64>(stream, a, w, M, out);
       else if (t == kTile16)

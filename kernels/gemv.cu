@@ -14,6 +14,7 @@
 #include <cuda_pipeline.h>
 
 #include "kernels/gemm_parts.cuh"
+#include "kernels/gemm_pipeline.h"  // pipeline_words: the words a row of weights takes
 
 namespace mixserve::cuda {
 
@@ -30,12 +31,7 @@ constexpr int kChunk = 128;  // K per fetch; two fetches in flight (double buffe
 // of a warp (32 rows, same k) read 32 distinct banks.
 template <typename WT>
 __host__ __device__ constexpr int row_words() {
-  return kChunk * weight_bits<WT>() / 32 + 1;
-}
-// Words of W's memory that `count` weights of a row take (a whole number: gemv_applies).
-template <typename WT>
-__host__ __device__ constexpr int64_t weight_words(int64_t count) {
-  return count * weight_bits<WT>() / 32;
+  return pipeline_words(kChunk, weight_bits<WT>()) + 1;
 }
 static_assert(kChunk % kInt4Group == 0, "an int4 scale group never straddles a chunk");
 
@@ -72,7 +68,6 @@ __device__ unsigned char* stages() {
   __shared__ __align__(16) unsigned char smem[2 * kStageBytes];
   return smem;
 }
-template <typename WT>
 __device__ uint32_t* stage_weights(int chunk) {
   return reinterpret_cast<uint32_t*>(stages() + (chunk % 2) * kStageBytes);
 }
@@ -89,10 +84,12 @@ template <typename WT>
 __device__ void copy_weight_chunk(const WT* W, int N, int K, int chunk) {
   const int n0 = blockIdx.x * kOutputs, rows_here = min(kOutputs, N - n0);
   const int c0 = chunk * kChunk, len = min(kChunk, K - c0);
-  const int len_words = static_cast<int>(weight_words<WT>(len));  // whole: as K (gemv_applies)
-  const int64_t c0_words = weight_words<WT>(c0), k_words = weight_words<WT>(K);
+  // Whole words, as K (gemv_applies).
+  const int len_words = pipeline_words(len, weight_bits<WT>());
+  const int64_t c0_words = pipeline_words(c0, weight_bits<WT>()),
+                k_words = pipeline_words(K, weight_bits<WT>());
   const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // a row is whole words
-  uint32_t* ws = stage_weights<WT>(chunk);
+  uint32_t* ws = stage_weights(chunk);
   for (int e = threadIdx.x; e < rows_here * len_words; e += kThreads) {
     const int j = e / len_words, w = e % len_words;
     __pipeline_memcpy_async(&ws[j * row_words<WT>() + w],
@@ -143,8 +140,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // every thread's copies and row stores of this chunk are visible
     if (active) {
       const int len = min(kChunk, K - chunk * kChunk);
-      acc = sum_chunk<WT>(&stage_weights<WT>(chunk)[lane * words],
-                          &stage_rows<WT>(chunk)[r * kChunk], len, chunk * kChunk, scales, acc);
+      acc = sum_chunk<WT>(&stage_weights(chunk)[lane * words], &stage_rows<WT>(chunk)[r * kChunk],
+                          len, chunk * kChunk, scales, acc);
     }
     __syncthreads();  // this chunk's stage is free for chunk + 2
   }
