@@ -56,9 +56,16 @@ class SessionBase {
 template <typename Stream>
 class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(Stream stream, const HttpServerOptions& opts, const HttpHandler& handler, const HttpErrorBody& error_body)
-      : stream_(std::move(stream)), opts_(opts), handler_(handler), error_body_(error_body),
-        write_timer_(stream_.get_executor()), read_timer_(stream_.get_executor()) {}
+  Session(Stream stream, const HttpServerOptions& opts, const HttpHandler& handler,
+          const HttpErrorBody& error_body, std::shared_ptr<std::atomic<int>> unwritten)
+      : stream_(std::move(stream)),
+        opts_(opts),
+        handler_(handler),
+        error_body_(error_body),
+        write_timer_(stream_.get_executor()),
+        read_timer_(stream_.get_executor()),
+        unwritten_(std::move(unwritten)) {}
+  ~Session() override { written(); }
 
   void run(bool tls) {
     auto self = this->shared_from_this();
@@ -128,6 +135,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   void close() override {
     if (closed_) return;
     closed_ = true;
+    written();  // nothing more of it will be written
     write_timer_.cancel();
     read_timer_.cancel();
     if (!response_done_ && gone_) {
@@ -165,6 +173,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     keep_alive_ = false;
     ++serial_;
     responding_ = false;
+    begun();
     respond(serial_, status, "application/json", error_body_(status, message), {});
   }
 
@@ -241,6 +250,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     // buffered: a read would then wait for bytes that may never come, and response_complete()
     // must find no read pending to parse what is buffered.
     if (buffer_.size() == 0) watch();
+    begun();
     auto ex = make_exchange();
     try {
       handler_(req, ex);
@@ -295,7 +305,19 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     }
   }
 
+  // HttpServer::drain's count of responses begun and not yet written to the end (or given up:
+  // the connection closed). Each session counts at most one, its current request's.
+  void begun() {
+    if (!counted_) ++*unwritten_;
+    counted_ = true;
+  }
+  void written() {
+    if (counted_) --*unwritten_;
+    counted_ = false;
+  }
+
   void response_complete() {
+    written();
     response_done_ = true;
     gone_ = nullptr;
     stream_res_.reset();
@@ -316,9 +338,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   net::steady_timer write_timer_, read_timer_;
   std::function<void()> gone_;
   std::vector<std::pair<std::string, std::string>> extra_headers_;  // add_header's, this request
+  std::shared_ptr<std::atomic<int>> unwritten_;
   uint64_t serial_ = 0;
-  bool keep_alive_ = true, writing_ = false, watching_ = false, closed_ = false, responding_ = false,
-       response_done_ = false, read_timed_out_ = false;
+  bool keep_alive_ = true, writing_ = false, watching_ = false, closed_ = false,
+       responding_ = false, response_done_ = false, read_timed_out_ = false, counted_ = false;
 };
 
 template <typename Stream>
@@ -374,6 +397,9 @@ struct HttpServer::Impl {
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<SessionBase>> sessions;  // every session accepted, for stop()
   size_t prune_at = 64;  // twice what was alive at the last pruning: amortized O(1) per session
+  // Responses begun and not yet written to the end, over all sessions (drain()); shared, as a
+  // session can outlive the server while a request's handle still holds it.
+  std::shared_ptr<std::atomic<int>> unwritten = std::make_shared<std::atomic<int>>(0);
 
   void track(const std::shared_ptr<SessionBase>& s) {
     std::lock_guard<std::mutex> lock(sessions_mu);
@@ -393,11 +419,13 @@ struct HttpServer::Impl {
       socket.set_option(tcp::no_delay(true));
       if (ssl) {
         auto s = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
-            beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *ssl), opts, handler, error_body);
+            beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *ssl), opts,
+            handler, error_body, unwritten);
         track(s);
         s->run(true);
       } else {
-        auto s = std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), opts, handler, error_body);
+        auto s = std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)),
+                                                              opts, handler, error_body, unwritten);
         track(s);
         s->run(false);
       }
@@ -433,6 +461,18 @@ void HttpServer::start() {
   m.bound_port = m.acceptor.local_endpoint().port();
   m.accept();
   for (int i = 0; i < std::max(1, m.opts.threads); ++i) m.threads.emplace_back([&m] { m.ioc.run(); });
+}
+
+bool HttpServer::drain(std::chrono::steady_clock::time_point until) {
+  Impl& m = *impl_;
+  if (m.threads.empty()) return true;
+  net::post(m.ioc, [&m] {
+    beast::error_code ec;
+    m.acceptor.close(ec);
+  });
+  while (m.unwritten->load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return m.unwritten->load() == 0;
 }
 
 void HttpServer::stop() {

@@ -62,7 +62,11 @@ class HttpServer {
   HttpServer(HttpServerOptions opts, HttpHandler handler, HttpErrorBody error_body);
   ~HttpServer();
   void start();  // binds and starts the I/O threads; throws on failure
-  void stop();   // closes the listener and every connection
+  // Closes the listener, then waits until every response begun has been written to the end
+  // (its last byte handed to the socket) or `until` passes; true when none was left. A client
+  // that has stopped reading holds it to `until` (its response cannot be written anyway).
+  bool drain(std::chrono::steady_clock::time_point until);
+  void stop();  // closes the listener and every connection
   int port() const;
   bool tls() const;
 
