@@ -59,6 +59,22 @@ def host_facts():
     return {"cpu": cpu, "commit": commit + ("+dirty floor_bench.cc" if dirty else ""), "cores": os.cpu_count()}
 
 
+def write_result(result, out_dir, stem, plot_fn):
+    """Writes <out_dir>/<stem>.json, then its plot <stem>.png with plot_fn(result, path): the JSON
+    is kept whatever happens to the plot. Returns the path without its extension."""
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, stem)
+    with open(base + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {base}.json", flush=True)
+    try:
+        plot_fn(result, base + ".png")
+        print(f"wrote {base}.png", flush=True)
+    except Exception as e:  # noqa: BLE001 — a plotting failure must not lose the measurements
+        print(f"plot failed: {e}", flush=True)
+    return base
+
+
 def find_or_build(build_dir):
     path = os.path.join(build_dir, "bench", "mixserve-floor-bench")
     if os.path.exists(path):
@@ -159,15 +175,10 @@ def main():
               "method": "reads: each thread sums its own contiguous slice with vector loads (8 accumulators), "
                         "threads pinned one per CPU; FMA: independent chains in registers (16 zmm / 12 ymm), "
                         "2 flops per lane per FMA; best = best repetition of any round, median = of all"}
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"floor-{date}")
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, stem + ".png")
     s = result["summary"]
     print(f"read GB/s (1 GiB, median): {s['read_gb_s']}; FMA GFLOP/s ({s['fma_isa']}, median): {s['fma_gflop_s']}"
           + ("  — HOST CONTENDED (load %.2f)" % load_before[0] if result["host_contended"] else ""))
-    print("wrote", stem + ".json", stem + ".png")
+    write_result(result, args.out, f"floor-{date}", plot)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ pinned node-llama-cpp into build/peer-node (npm), writes the model (bench/peer/m
 and its GGUF (bench/gguf/hf_gpt2_to_gguf.py) under build/peer-models, then alternates the sides
 round after round: mixserve-bench --greedy (decode steps of B sequences, forward + argmax),
 llama.cpp (bench/peer/llama_peer.js: one llama_decode of B tokens a step, sampling included), and
-`mixserve generate` at batch 1 (engine + sampler + detokenizer, its own tok/s line). Each side's
+`mixserve generate` at batch 1 (engine + sampler + detokenizer, its own tok/s line), and
+`mixserve serve` at batch 1 timed by mixserve-loadgen over gRPC and REST/SSE (bench/peer/
+server_side.py: ms a token after the first; with the forward pass of the same thread count it
+gives what `generate` and the server add to a token, #21's end-to-end target). Each side's
 figure is the median over rounds of its per-round median step, with the range over rounds; the
 peer's mean step is kept as well (its per-call worker threads make spikes). Greedy tokens of both
 sides are compared, and where they first differ a float64 forward (bench/peer/gpt2_f64.py) says
@@ -45,6 +48,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER = os.path.join(ROOT, "bench", "peer")
 sys.path.insert(0, PEER)
+from peer_plot import BATCH_1_SIDES, best, plot  # noqa: E402
+from server_side import run_server  # noqa: E402
+
 PROMPT = "And God said, Let there be light: and there was light."
 
 
@@ -60,9 +66,16 @@ def build(build_dir):
     if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
         print(f"[build] configuring {build_dir}", flush=True)
         subprocess.run(["cmake", "--preset", "release", "-B", build_dir, "-DMIXSERVE_CUDA=OFF"], cwd=ROOT, check=True)
-    print(f"[build] mixserve-bench, mixserve in {build_dir}", flush=True)
-    subprocess.run(["cmake", "--build", build_dir, "--target", "mixserve-bench", "mixserve", "-j2"], cwd=ROOT, check=True)
-    return os.path.join(build_dir, "bench", "mixserve-bench"), os.path.join(build_dir, "app", "mixserve")
+    print(f"[build] mixserve-bench, mixserve, mixserve-loadgen in {build_dir}", flush=True)
+    subprocess.run(["cmake", "--build", build_dir, "--target", "mixserve-bench", "mixserve", "mixserve-loadgen", "-j2"],
+                   cwd=ROOT, check=True)
+    return (os.path.join(build_dir, "bench", "mixserve-bench"), os.path.join(build_dir, "app", "mixserve"),
+            loadgen_beside(os.path.join(build_dir, "app", "mixserve")))
+
+
+def loadgen_beside(mixserve_bin):
+    """The mixserve-loadgen of the build that holds mixserve_bin (<build>/app/mixserve)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(mixserve_bin))), "clients", "mixserve-loadgen")
 
 
 def install_peer(node_dir):
@@ -224,80 +237,13 @@ def summarise(rounds_rows, key, dtype, weights):
                "rounds": len(rs),
                "ms_per_step_median": statistics.median(med), "ms_per_step_range": [min(med), max(med)],
                "ms_per_step_median_rounds": med}
-        if "ms_per_step_mean" in rs[0]:
-            row["ms_per_step_mean"] = statistics.median(r["ms_per_step_mean"] for r in rs)
-            row["ms_per_step_mean_rounds"] = [r["ms_per_step_mean"] for r in rs]
+        for extra in ("ms_per_step_mean", "engine_step_ms"):  # llama.cpp's mean; the server's own steps
+            if extra in rs[0]:
+                row[extra] = statistics.median(r[extra] for r in rs)
+                row[extra + "_rounds"] = [r[extra] for r in rs]
         row["tok_s"] = batch / (row["ms_per_step_median"] / 1e3)
         out.append(row)
     return out
-
-
-def best(rows, side, batch):
-    cands = [r for r in rows if r["side"] == side and r["batch"] == batch]
-    return min(cands, key=lambda r: r["ms_per_step_median"]) if cands else None
-
-
-def plot(result, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    models = result["models"]
-    fig, axes = plt.subplots(len(models), 2, figsize=(13, 4.6 * len(models)), squeeze=False)
-    colors = {"mixserve": "tab:blue", "mixserve kv f16": "tab:green", "mixserve generate": "tab:cyan",
-              "llama.cpp": "tab:orange"}
-    for row_axes, model in zip(axes, models):
-        rows = [r for r in result["rows"] if r["model"] == model["key"]]
-        what = (f"{model['dtype'].upper()} weights" if model["weights"] == "f16" else
-                f"llama.cpp {model['peer_format']} ({model['dtype'].upper()} model)" if result["peer_only"] else
-                f"mixserve {model['weights']}, llama.cpp {model['peer_format']} ({model['dtype'].upper()} model)")
-        # Left: batch-1 step time by thread count, range over rounds as error bars.
-        ax = row_axes[0]
-        sides = [s for s in colors if any(r["side"] == s for r in rows)]
-        threads = sorted({r["threads"] for r in rows})
-        width = 0.8 / len(sides)
-        for j, side in enumerate(sides):
-            for i, t in enumerate(threads):
-                r = next((r for r in rows if r["side"] == side and r["batch"] == 1 and r["threads"] == t), None)
-                if not r:
-                    continue
-                lo, hi = r["ms_per_step_range"]
-                m = r["ms_per_step_median"]
-                ax.bar(i + j * width, m, width, color=colors[side], label=side if i == 0 else None,
-                       yerr=[[m - lo], [hi - m]], capsize=3)
-                if "ms_per_step_mean" in r and side == "llama.cpp":
-                    ax.plot(i + j * width, r["ms_per_step_mean"], "kx")
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(threads))])
-        ax.set_xticklabels([f"{t} thread{'s' if t > 1 else ''}" for t in threads])
-        ax.set_yscale("log")
-        ax.set_ylabel("ms per decode step (log)")
-        ax.set_title(f"{what}, batch 1: median step, range over rounds; x = llama.cpp's mean", fontsize=9)
-        ax.legend(fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-        # Right: aggregate tok/s by batch, each side at its best thread count.
-        ax = row_axes[1]
-        batches = sorted({r["batch"] for r in rows if r["side"] != "mixserve generate"})
-        tput_sides = [s for s in ["mixserve", "mixserve kv f16", "llama.cpp"] if any(r["side"] == s for r in rows)]
-        bw = 0.8 / len(tput_sides)
-        for j, side in enumerate(tput_sides):
-            vals = [best(rows, side, b) for b in batches]
-            ax.bar([i + j * bw for i in range(len(batches))], [v["tok_s"] if v else 0 for v in vals], bw,
-                   color=colors[side], label=f"{side} (best thread count)")
-            for i, v in enumerate(vals):
-                if v:
-                    ax.annotate(f"{v['tok_s']:.0f}\n{v['threads']}t", (i + j * bw, v["tok_s"]), ha="center",
-                                va="bottom", fontsize=7)
-        ax.set_xticks([i + 0.4 - bw / 2 for i in range(len(batches))])
-        ax.set_xticklabels([f"batch {b}" for b in batches])
-        ax.set_ylabel("decode tokens/s (all sequences)")
-        ax.set_title(f"{what}: throughput", fontsize=9)
-        ax.legend(fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    note = f" — HOST CONTENDED (load {result['load_average_before'][0]:.1f}), not final" if result["host_contended"] else ""
-    sides = "llama.cpp alone" if result["peer_only"] else "mixserve vs llama.cpp"
-    fig.suptitle(f"{sides} ({result['versions']['node-llama-cpp']}), GPT-2-small shape, vocab 5000, "
-                 f"{result['cpu']}, {result['date']}, {result['commit'][:10]}{note}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
 
 
 PEER_FORMAT = {"f16": None, "int8": "q8_0", "int4": "q4_0"}  # mixserve's --weights -> the GGUF's type
@@ -339,7 +285,8 @@ def main():
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "peer"))
     ap.add_argument("--bench-bin", help="a built mixserve-bench (skips the build)")
-    ap.add_argument("--mixserve-bin", help="a built mixserve (skips the build)")
+    ap.add_argument("--mixserve-bin", help="a built mixserve (skips the build; its build's clients/mixserve-loadgen "
+                                           "times the server)")
     ap.add_argument("--node-dir", default=os.path.join(ROOT, "build", "peer-node"))
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "peer-models"))
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
@@ -360,17 +307,19 @@ def main():
     print(f"[host] load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
           + (" — contended: the figures are not final" if contended else ""), flush=True)
 
-    bench_bin = mixserve_bin = None
+    bench_bin = mixserve_bin = loadgen_bin = None
     if not args.peer_only:
         if args.bench_bin and args.mixserve_bin:
             bench_bin, mixserve_bin = args.bench_bin, args.mixserve_bin
+            loadgen_bin = loadgen_beside(mixserve_bin)
             # Checked before any round: a wrong path would otherwise surface only at the first
             # `generate`, after a whole round of both sides.
-            for b in (bench_bin, mixserve_bin):
+            for b in (bench_bin, mixserve_bin, loadgen_bin):
                 if not (os.path.isfile(b) and os.access(b, os.X_OK)):
-                    sys.exit(f"{b}: not an executable (mixserve's is build/<preset>/app/mixserve)")
+                    sys.exit(f"{b}: not an executable (mixserve's is build/<preset>/app/mixserve, "
+                             "mixserve-loadgen beside it in build/<preset>/clients)")
         else:
-            bench_bin, mixserve_bin = build(args.build_dir)
+            bench_bin, mixserve_bin, loadgen_bin = build(args.build_dir)
         if any(w != "f16" for w in weights) and not (accepts_flag([bench_bin], "--weights")
                                                     and accepts_flag([mixserve_bin, "generate"], "--weights")):
             sys.exit(f"{bench_bin} or `{mixserve_bin} generate` has no --weights: rebuild it, or measure "
@@ -394,8 +343,8 @@ def main():
         load_rounds.append(os.getloadavg()[0])
         for m in models:
             # Sides alternate, and swap places every round, so a burst of other work lands on both;
-            # generate (batch 1, its own figure) comes last.
-            order = (timed if rnd % 2 == 0 else timed[::-1]) + ([] if args.peer_only else ["generate"])
+            # generate and the server (batch 1, their own figures) come last.
+            order = (timed if rnd % 2 == 0 else timed[::-1]) + ([] if args.peer_only else ["generate", "server"])
             for side in order:
                 print(f"[round {rnd + 1}/{args.rounds}, load {os.getloadavg()[0]:.2f}] {m['key']} {side}", flush=True)
                 if side in ours_sides:
@@ -403,11 +352,14 @@ def main():
                                         kv_caches[ours_sides.index(side)])
                 elif side == "llama.cpp":
                     versions, rows = run_llama(modules, m["gguf"], tok, batches, threads, args.steps)
-                else:
+                elif side == "generate":
                     rows = run_generate(mixserve_bin, m["hf"], m["weights"], args.prompt, threads, args.steps)
+                else:
+                    rows = run_server(mixserve_bin, loadgen_bin, m["hf"], weights_flag(m["weights"]), args.prompt,
+                                      threads, args.steps)
                 for r in rows:
                     r["round"] = rnd
-                    print(f"    {r['side']:17s} batch {r['batch']:3d} threads {r['threads']}: "
+                    print(f"    {r['side']:20s} batch {r['batch']:3d} threads {r['threads']}: "
                           f"{r['ms_per_step_median']:8.2f} ms median" +
                           (f", {r['ms_per_step_mean']:8.2f} mean" if "ms_per_step_mean" in r else ""), flush=True)
                 raw[m["key"]] += rows
@@ -531,6 +483,29 @@ def main():
                   f"llama.cpp {c['peer_format']} best {c['llama_cpp_ms_median']:7.2f} ms median / "
                   f"{c['llama_cpp_ms_mean']:7.2f} mean ({c['peer_best_threads']}t): "
                   f"{c['speedup_vs_peer_best_median']:.2f}x", flush=True)
+    # End to end at batch 1 (#21: generate and the server add ≤ 5% to the forward pass): each
+    # end-to-end side's ms a token over the forward pass's at the same thread count.
+    end_to_end = []
+    if not args.peer_only and 1 in batches:
+        for m in models:
+            mrows = [r for r in rows if r["model"] == m["key"] and r["batch"] == 1]
+            for t in threads:
+                fwd = next((r for r in mrows if r["side"] == "mixserve" and r["threads"] == t), None)
+                for side in BATCH_1_SIDES:
+                    e = next((r for r in mrows if r["side"] == side and r["threads"] == t), None)
+                    if fwd and e:
+                        row = {"model": m["key"], "side": side, "threads": t, "ms": e["ms_per_step_median"],
+                               "forward_ms": fwd["ms_per_step_median"],
+                               "added": e["ms_per_step_median"] / fwd["ms_per_step_median"] - 1}
+                        if "engine_step_ms" in e:  # the server: also over its own engine steps
+                            row["engine_step_ms"] = e["engine_step_ms"]
+                            row["added_outside_engine_step"] = e["ms_per_step_median"] / e["engine_step_ms"] - 1
+                        end_to_end.append(row)
+        for e in end_to_end:
+            print(f"{e['model']} batch 1, {e['threads']}t: {e['side']} {e['ms']:.2f} ms a token, forward pass "
+                  f"{e['forward_ms']:.2f}: {100 * e['added']:+.1f}%" +
+                  (f"; its engine's steps {e['engine_step_ms']:.2f} ms: {100 * e['added_outside_engine_step']:+.1f}% "
+                   "outside them" if "engine_step_ms" in e else ""), flush=True)
     # Each quantized model's best step against its unquantized model's, side by side (issue #21's
     # int8 target is a ratio to the F16 step).
     vs_unquantized = []
@@ -573,11 +548,14 @@ def main():
         "models": [{k: m[k] for k in ("key", "dtype", "weights", "peer_format")} for m in models],
         "prompt": args.prompt, "prompt_ids": tok, "steps": args.steps, "rounds": args.rounds,
         "batches": batches, "threads": threads, "comparisons": comparisons, "llama_cpp_best": peer_best,
-        "vs_unquantized": vs_unquantized, "rows": rows, "greedy": greedy,
+        "vs_unquantized": vs_unquantized, "end_to_end": end_to_end, "rows": rows, "greedy": greedy,
         "note": "each figure: the median over rounds of a run's median step (ms_per_step_range: over rounds); "
                 "mixserve: forward + argmax of B sequences (mixserve-bench --greedy); llama.cpp: one llama_decode "
                 "of B tokens + the add-on's greedy sampling, through node-llama-cpp (mean kept: per-call worker "
-                "threads); 'mixserve generate': engine, sampler and detokenizer at batch 1 (its own tok/s line)"
+                "threads); 'mixserve generate': engine, sampler and detokenizer at batch 1 (its own tok/s line); "
+                "'mixserve server gRPC/REST': mixserve serve at batch 1, mixserve-loadgen's median TPOT (ms a token "
+                "after the first) over 3 requests one at a time; end_to_end: each over the forward pass (mixserve, "
+                "batch 1) at the same thread count"
                 + ("; quantized models: " + QUANTIZED_NOTE if any(w != "f16" for w in weights) else ""),
         "trap_check": trap,
         # Every run, without its tokens (the greedy section has them); llama.cpp's steps one by one.

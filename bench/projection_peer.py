@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from floor import host_facts, latest_floor  # noqa: E402
+from floor import host_facts, latest_floor, write_result  # noqa: E402
 
 SHAPES = "2304x768,768x768,3072x768,768x3072"  # GPT-2-small: qkv, out, fc1, fc2
 
@@ -135,16 +135,7 @@ def main():
                       "copies 1: weights in cache, 16: from memory; OpenBLAS: cblas_sgemm on float32 "
                       "weights, y = x·Wᵀ, its threads set to the same count",
               "summary": summary, "raw": raw}
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"projection-peer-{date}")
-    with open(base + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {base}.json", flush=True)
-    try:
-        plot(result, base + ".png")
-        print(f"wrote {base}.png", flush=True)
-    except Exception as e:  # the JSON is kept whatever happens to the plot
-        print(f"plot failed: {e}", flush=True)
+    write_result(result, args.out, f"projection-peer-{date}", plot)
 
 
 if __name__ == "__main__":
