@@ -115,11 +115,10 @@ ModelConfig fla_config(const json& c, const std::string& src) {
   a.refuse_if(a.string("hidden_act", "swish") != "swish", "hidden_act", "other than swish");
   a.refuse_if(a.present("attn"), "attn", "(hybrid softmax-attention layers)");
   a.refuse_if(a.present("attnres_block_size"), "attnres_block_size", "(attention residuals)");
-  const double eps = a.number("norm_eps", 1e-6);
-  if (!(eps > 0)) a.fail("norm_eps", "must be positive");
+  const float eps = a.positive_float("norm_eps", 1e-6);
   m.position = PositionKind::kNone;
   m.norm = NormKind::kRmsNorm;
-  m.norm_eps = static_cast<float>(eps);
+  m.norm_eps = eps;
   m.activation = Activation::kSilu;
   m.ffn = FfnKind::kGlu;
   m.bias = false;
@@ -136,7 +135,7 @@ ModelConfig fla_config(const json& c, const std::string& src) {
   LayerConfig l;
   l.heads = heads;
   l.group_norm = NormKind::kRmsNorm;
-  l.gn_eps = static_cast<float>(eps);
+  l.gn_eps = eps;
   l.gn_weight = a.boolean("elementwise_affine", true);
   if (retnet) {
     a.refuse_if(!a.boolean("use_output_gate", true), "use_output_gate", "false");

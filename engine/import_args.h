@@ -3,6 +3,7 @@
 #pragma once
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,6 +34,15 @@ struct ImportArgs {
     if (!present(key)) return fallback;
     if (!c[key].is_number()) fail(key, "must be a number");
     return c[key].get<double>();
+  }
+  // A positive float32 (an epsilon): positive as a double is not enough — 1e-66 rounds to 0.
+  float positive_float(const char* key, double fallback) const {
+    const double v = number(key, fallback);
+    const float f = static_cast<float>(v);
+    if (!(f > 0) || !std::isfinite(f))
+      fail(key, "must be positive and within float32's range (1.2e-38 to 3.4e38), got " +
+                    (present(key) ? c[key].dump() : std::to_string(v)));
+    return f;
   }
   std::string string(const char* key, const char* fallback) const {
     if (!present(key)) return fallback;

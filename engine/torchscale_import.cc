@@ -106,14 +106,13 @@ ModelConfig torchscale_config(const json& c, const std::string& src) {
     m.activation = Activation::kRelu;
   else
     throw ModelError(src + ": activation_fn \"" + act + "\" is not supported (gelu, swish, relu)");
-  const double eps = a.number("layernorm_eps", 1e-6);
-  if (!(eps > 0)) throw ModelError(src + ": \"layernorm_eps\" must be positive");
+  const float eps = a.positive_float("layernorm_eps", 1e-6);
   m.position = PositionKind::kNone;
   m.embed_scale = a.boolean("no_scale_embedding", true)
                       ? 1.0f
                       : static_cast<float>(std::sqrt(double(m.d_model)));
   m.norm = NormKind::kRmsNorm;
-  m.norm_eps = static_cast<float>(eps);
+  m.norm_eps = eps;
   m.ffn = FfnKind::kGlu;
   m.bias = false;
   m.head_bias = false;
@@ -126,7 +125,7 @@ ModelConfig torchscale_config(const json& c, const std::string& src) {
   l.rope_style = RopeStyle::kTorchscale;
   l.rope_base = 10000.0;
   l.group_norm = NormKind::kRmsNorm;
-  l.gn_eps = static_cast<float>(eps);
+  l.gn_eps = eps;
   l.decay_normalize = true;
   m.layers.assign(m.n_layers, l);
   return m;

@@ -270,6 +270,8 @@ TEST(TorchscaleImportRefuses, WhatMixserveCannotRunByItsKey) {
       {"decoder_retention_heads", 3},  // 32 / 3
       {"vocab_size", nullptr},         // torchscale's default −1
       {"layernorm_eps", 0},
+      {"layernorm_eps", 1e-66},  // positive, but 0 as a float32 (found by fuzz_import_config)
+      {"layernorm_eps", 1e300},
       {"decoder_layers", "2"},
       {"decoder_ffn_embed_dim", int64_t{1} << 40},
   };
@@ -291,6 +293,8 @@ TEST(FlaImportRefuses, WhatMixserveCannotRunByItsKey) {
       {"retnet_fla", "attnres_block_size", 2},
       {"retnet_fla", "num_heads", 3},
       {"retnet_fla", "norm_eps", 0},
+      {"retnet_fla", "norm_eps", 1e-66},  // positive, but 0 as a float32 (fuzz_import_config)
+      {"retnet_fla", "norm_eps", 1e300},
       {"linear_attn_fla", "feature_map", "hedgehog"},
       {"linear_attn_fla", "norm_q", true},
       {"linear_attn_fla", "expand_v", 2.0},
