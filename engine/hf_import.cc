@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/fla_import.h"
+#include "engine/import_args.h"
 #include "engine/model_error.h"
 #include "engine/model_weights.h"
 #include "engine/safetensors.h"
@@ -69,7 +70,7 @@ ModelConfig gpt2_config(const json& c, const std::string& src) {
   m.ffn_dim = get_int(c, "n_inner", src, 4 * m.d_model);
   m.max_seq_len = get_int(c, "n_positions", src);
   m.position = PositionKind::kLearned;
-  m.norm_eps = c.value("layer_norm_epsilon", 1e-5f);
+  m.norm_eps = ImportArgs{c, src}.positive_float("layer_norm_epsilon", 1e-5);
   const std::string act = c.value("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     throw ModelError(src + ": activation_function \"" + act +
@@ -105,7 +106,7 @@ ModelConfig rwkv_config(const json& c, const std::string& src) {
   m.bias = false;
   m.head_bias = false;
   m.tie_embeddings = c.value("tie_word_embeddings", false);
-  m.norm_eps = c.value("layer_norm_epsilon", 1e-5f);
+  m.norm_eps = ImportArgs{c, src}.positive_float("layer_norm_epsilon", 1e-5);
   m.bos_id = get_token_id(c, "bos_token_id", src);
   m.eos_id = get_token_id(c, "eos_token_id", src);
   // rescale_every only rescales weights and activations by powers of two in HF's fp16 inference
