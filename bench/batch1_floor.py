@@ -31,18 +31,20 @@ TARGET = 1.25
 
 
 def floor_run(binary, threads):
+    """({(benchmark, threads): median µs}, {benchmark: weight MB}) of one run of the floor bench."""
     out = subprocess.run([binary, "--benchmark_format=json", "--benchmark_repetitions=5",
                           "--benchmark_report_aggregates_only=true"],
                          check=True, capture_output=True, text=True).stdout
-    rows = {}
+    us, weight_mb = {}, {}
     for b in json.loads(out)["benchmarks"]:
         if b.get("aggregate_name") != "median":
             continue
         _, name, t = b["run_name"].split("/")[:3]  # BM_StepProjections/<mixer>/threads:N/real_time
         t = int(t.split(":")[1])
         if t in threads:
-            rows[(name, t)] = {"us": b["real_time"], "weight_mb": b["weight_MB"]}
-    return rows
+            us[(name, t)] = b["real_time"]
+            weight_mb[name] = b["weight_MB"]
+    return us, weight_mb
 
 
 def step_run(binary, models, threads):
@@ -103,13 +105,14 @@ def main():
         for side in (("floor", "step") if rnd % 2 == 0 else ("step", "floor")):
             print(f"[round {rnd + 1}/{args.rounds}, load {os.getloadavg()[0]:.2f}] {side}", flush=True)
             if side == "floor":
-                floors.append(floor_run(floor_bin, threads))
+                us, weight_mb = floor_run(floor_bin, threads)
+                floors.append(us)
             else:
                 steps.append(step_run(step_bin, models, threads))
     load_after = os.getloadavg()
 
     def median_over_rounds(runs, key):
-        return statistics.median(r[key]["us"] if isinstance(r[key], dict) else r[key] for r in runs)
+        return statistics.median(r[key] for r in runs)
 
     mixers = []
     for m in MIXERS:
@@ -117,14 +120,14 @@ def main():
         floor_by_t = {t: median_over_rounds(floors, (floor_name, t)) for t in threads}
         step_by_t = {t: median_over_rounds(steps, (m, t)) for t in threads}
         ft, st = min(floor_by_t, key=floor_by_t.get), min(step_by_t, key=step_by_t.get)
-        row = {"mixer": m, "floor_benchmark": floor_name, "weight_mb": floors[0][(floor_name, threads[0])]["weight_mb"],
+        row = {"mixer": m, "floor_benchmark": floor_name, "weight_mb": weight_mb[floor_name],
                "floor_us": floor_by_t[ft], "floor_threads": ft, "step_us": step_by_t[st], "step_threads": st,
                "ratio": step_by_t[st] / floor_by_t[ft],
                "floor_us_by_threads": {str(t): v for t, v in floor_by_t.items()},
                "step_us_by_threads": {str(t): v for t, v in step_by_t.items()}}
         mixers.append(row)
         print(f"  {m:11s} step {row['step_us']:7.1f} µs ({st}t), floor {row['floor_us']:7.1f} µs ({ft}t, "
-              f"{row['weight_mb']:.1f} MB): {row['ratio']:.2f}×" + ("" if row["ratio"] <= TARGET else "  > 1.25"),
+              f"{row['weight_mb']:.1f} MB): {row['ratio']:.2f}×" + ("" if row["ratio"] <= TARGET else f"  > {TARGET}"),
               flush=True)
     date = datetime.date.today().isoformat()
     result = {"benchmark": "batch1-floor", "date": date, "device": "CPU", **host_facts(), "threads": threads,
@@ -134,8 +137,8 @@ def main():
                       "repetitions a round); step: mixserve-bench --batches 1 (16 prompt tokens, 48 steps, "
                       "median step); each the median over rounds, at its best thread count",
               "mixers": mixers,
-              "raw": {"floor": [{f"{k[0]}/{k[1]}": v for k, v in r.items()} for r in floors],
-                      "step_us": [{f"{k[0]}/{k[1]}": v for k, v in r.items()} for r in steps]}}
+              "raw": {name: [{f"{k[0]}/{k[1]}": v for k, v in r.items()} for r in runs]
+                      for name, runs in (("floor_us", floors), ("step_us", steps))}}
     write_result(result, args.out, f"batch1-floor-{date}", plot)
 
 

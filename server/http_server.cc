@@ -401,6 +401,14 @@ struct HttpServer::Impl {
   // session can outlive the server while a request's handle still holds it.
   std::shared_ptr<std::atomic<int>> unwritten = std::make_shared<std::atomic<int>>(0);
 
+  // Accepts no more connections (on an I/O thread: the acceptor is theirs while they run).
+  void close_listener() {
+    net::post(ioc, [this] {
+      beast::error_code ec;
+      acceptor.close(ec);
+    });
+  }
+
   void track(const std::shared_ptr<SessionBase>& s) {
     std::lock_guard<std::mutex> lock(sessions_mu);
     if (sessions.size() >= prune_at) {
@@ -466,10 +474,7 @@ void HttpServer::start() {
 bool HttpServer::drain(std::chrono::steady_clock::time_point until) {
   Impl& m = *impl_;
   if (m.threads.empty()) return true;
-  net::post(m.ioc, [&m] {
-    beast::error_code ec;
-    m.acceptor.close(ec);
-  });
+  m.close_listener();
   while (m.unwritten->load() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   return m.unwritten->load() == 0;
@@ -478,10 +483,7 @@ bool HttpServer::drain(std::chrono::steady_clock::time_point until) {
 void HttpServer::stop() {
   Impl& m = *impl_;
   if (m.threads.empty()) return;
-  net::post(m.ioc, [&m] {
-    beast::error_code ec;
-    m.acceptor.close(ec);
-  });
+  m.close_listener();
   m.ioc.stop();
   for (auto& t : m.threads) t.join();
   m.threads.clear();

@@ -4,48 +4,21 @@ token takes after the first (TPOT), one request at a time, the same prompt and g
 the other sides. Set beside the bench's forward pass at batch 1, it is what the server (engine
 loop, scheduler, sampler, detokenizer, the RPC or HTTP stream) adds to a token (#21: ≤ 5%)."""
 import json
-import signal
-import socket
+import os
 import subprocess
+import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "clients"))
+from mixserve_server import Server  # noqa: E402  (serve on free ports, its /metrics)
 
 SIDES = ("mixserve server gRPC", "mixserve server REST")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(proc, http_port, timeout=180):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mixserve serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"mixserve serve was not ready within {timeout} s")
-
-
-def decode_steps(http_port):
+def decode_steps(server):
     """(seconds, count) of the engine's decode steps so far (/metrics: mixserve_decode_step_seconds)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    total = {}
-    for line in text.splitlines():
-        for part in ("sum", "count"):
-            if line.startswith(f"mixserve_decode_step_seconds_{part}"):
-                total[part] = total.get(part, 0.0) + float(line.rsplit(" ", 1)[1])
-    return total.get("sum", 0.0), total.get("count", 0.0)
+    return tuple(server.metric("mixserve_decode_step_seconds_" + part) for part in ("sum", "count"))
 
 
 def run_server(mixserve_bin, loadgen_bin, hf, weights_args, prompt, threads, steps, requests=3):
@@ -59,22 +32,17 @@ def run_server(mixserve_bin, loadgen_bin, hf, weights_args, prompt, threads, ste
         prompts.write(prompt + "\n")
         prompts.flush()
         for t in threads:
-            grpc_port, http_port = free_port(), free_port()
-            proc = subprocess.Popen([mixserve_bin, "serve", "--model", hf, "--backend", "cpu", "--threads", str(t),
-                                     "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-                                     "--log-level", "warn"] + weights_args,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            try:
-                wait_ready(proc, http_port)
-                for side, port, extra in ((SIDES[0], grpc_port, []), (SIDES[1], http_port, ["--rest"])):
-                    sum0, count0 = decode_steps(http_port)
+            with Server(mixserve_bin, ROOT, "--backend", "cpu", "--log-level", "warn", *weights_args,
+                        model=hf, threads=t) as server:
+                for side, port, extra in ((SIDES[0], server.grpc_port, []), (SIDES[1], server.http_port, ["--rest"])):
+                    sum0, count0 = decode_steps(server)
                     out = subprocess.run(
                         [loadgen_bin, "--port", str(port), *extra, "--dataset-name", "file", "--dataset-path",
                          prompts.name, "--num-prompts", str(requests), "--num-warmups", "1", "--max-concurrency", "1",
                          "--random-output-len", str(steps + 1), "--ignore-eos", "--temperature", "0",
                          "--json", "-", "--no-progress"],
                         check=True, capture_output=True, text=True).stdout
-                    sum1, count1 = decode_steps(http_port)
+                    sum1, count1 = decode_steps(server)
                     report = json.loads(out)
                     if report["completed"] != requests or report["failed"]:
                         raise RuntimeError(f"{side}: {report['completed']} of {requests} requests completed, "
@@ -83,11 +51,4 @@ def run_server(mixserve_bin, loadgen_bin, hf, weights_args, prompt, threads, ste
                                  "ms_per_step_median": report["median_tpot_ms"],
                                  "ttft_ms_median": report["median_ttft_ms"],
                                  "engine_step_ms": 1e3 * (sum1 - sum0) / max(1.0, count1 - count0)})
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
     return rows
