@@ -279,6 +279,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   m.pipelined_gemm = env_switch("MIXSERVE_CUDA_PIPELINED", opts.pipelined_gemm);
   dw.use_pipelined(m.pipelined_gemm);
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
+  dw.use_fused_ffn(env_switch("MIXSERVE_CUDA_FUSED_FFN", opts.fused_ffn));
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
   m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;
@@ -442,6 +443,9 @@ bool CudaBackend::dependent_launch() const {
 }
 bool CudaBackend::pipelined_gemm() const {
   return impl_->pipelined_gemm;
+}
+bool CudaBackend::fused_ffn() const {
+  return impl_->weights.fused_ffn();
 }
 bool CudaBackend::block_tables() const {
   return impl_->step->block_tables();

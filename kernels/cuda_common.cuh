@@ -49,23 +49,38 @@ __device__ __forceinline__ void kernel_prologue(F&& before_wait) {
 // start of each forward pass from its options and the pass's rows (cuda_backend.cu).
 inline std::atomic<bool> dependent_launch{false};
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the dependent-launch attribute when on.
+// kernel<<<grid, block, smem, stream>>>(args...), with the dependent-launch attribute when on, in
+// thread-block clusters of `cluster` blocks along x when it is above 1 (grid.x a multiple of it).
 // Configuration errors throw at once (execution errors show at the next sync).
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                   cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_kernel_in_clusters(int cluster, void (*kernel)(Params...), dim3 grid, dim3 block,
+                               size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (dependent_launch.load(std::memory_order_relaxed)) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = dependent_launch.load(std::memory_order_relaxed) ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch", __FILE__,
         __LINE__);
+}
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  launch_kernel_in_clusters(1, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 inline int ceil_div(int64_t a, int64_t b) {

@@ -42,6 +42,13 @@ struct GemmOut {
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out);
 
+// An MLP FFN in one kernel (ffn_fused.cu, CudaBackendOptions::fused_ffn): out ⊕= fc2(act(fc1(in)))
+// — the bits of gemm(in, fc1) with `act` into a hidden buffer, then gemm(hidden, fc2, out) — for
+// M ≤ 8 rows where both would run gemv.cu and the hidden vector fits one cluster's shared memory.
+bool fused_mlp_applies(const DevMatrix& fc1, const DevMatrix& fc2, int M);
+void fused_mlp(cudaStream_t stream, const GemmIn& in, const DevMatrix& fc1, Act act,
+               const DevMatrix& fc2, int M, const GemmOut& out);
+
 // SHE's extraction as one GEMM with K = W·d: A[r, λ·d + i] = s_{p−λ}[i], the row's input λ
 // positions back (from this batch's rows or from the ring in the state; zero before position 0).
 struct LagIn {

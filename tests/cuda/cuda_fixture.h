@@ -19,7 +19,8 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::string> {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
     for (const char* name :
          {"MIXSERVE_CUDA_GEMV", "MIXSERVE_CUDA_TENSOR_CORES", "MIXSERVE_CUDA_ORDERED",
-          "MIXSERVE_CUDA_BLOCK_TABLES", "MIXSERVE_CUDA_SPLIT_ATTENTION", "MIXSERVE_CUDA_PIPELINED"})
+          "MIXSERVE_CUDA_BLOCK_TABLES", "MIXSERVE_CUDA_SPLIT_ATTENTION", "MIXSERVE_CUDA_PIPELINED",
+          "MIXSERVE_CUDA_FUSED_FFN"})
       unsetenv(name);
     fx_ = load_fixture(GetParam());
   }

@@ -23,13 +23,13 @@ std::unique_ptr<Engine> make_engine(const LoadedModel& m) {
   return std::make_unique<Engine>(m, std::make_unique<CpuBackend>(m.config, *m.weights, o));
 }
 
-struct Outcome {
+struct SubmitOutcome {
   SubmitResult submitted;
   std::vector<TokenOutput> events;
 };
 
-Outcome run(Engine& e, const GenerateParams& p) {
-  Outcome r;
+SubmitOutcome run(Engine& e, const GenerateParams& p) {
+  SubmitOutcome r;
   bool done = false;  // the sink runs inside e.step(), on this thread
   r.submitted = e.submit(p, [&](TokenOutput&& o) {
     done = o.finish != FinishReason::kNone;
@@ -146,7 +146,7 @@ TEST(Tokenize, TextAndIdsGiveTheSameTokensAndLogprobsCarryTokenTexts) {
   by_ids.prompt_text.reset();
   by_ids.prompt = m.encode_prompt(text);
 
-  const Outcome a = run(*engine, by_text), b = run(*engine, by_ids);
+  const SubmitOutcome a = run(*engine, by_text), b = run(*engine, by_ids);
   ASSERT_EQ(a.submitted.status, SubmitStatus::kOk);
   ASSERT_EQ(b.submitted.status, SubmitStatus::kOk);
   EXPECT_EQ(a.submitted.prompt_tokens, static_cast<int32_t>(by_ids.prompt.size()));
