@@ -18,6 +18,7 @@
 #include "engine/positions.h"
 #include "engine/sequence_state.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/gemm_chain_plan.h"
 #include "kernels/ops.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/step_data.cuh"
@@ -119,7 +120,8 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false, dependent_launch = false, pipelined_gemm = false;
+       ordered_sums = false, dependent_launch = false, pipelined_gemm = false, gemm_chains = false;
+  int chain_cluster = 8;  // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
@@ -163,19 +165,29 @@ struct CudaBackend::Impl {
     cuda::dependent_launch = dependent_launch && R <= kDependentLaunchRows;
     const DevBatch b = step->batch(at);
     step->apply_writes(stream, at);
+    // Keeps runs of small projections for one kernel each; flushed before every event and at the
+    // end (the logits are copied out after the pass).
+    GemmChainScope chains(gemm_chains && R <= kChainRows, chain_cluster);
     embed(stream, b, R, d, embed_params, x.get());
     Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
     for (int l = 0; l < n_layers; ++l) {
       PartStep st{stream, b, step->pages(at, l), x.get(), s, layers[l].ln1, R, d};
-      if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
+      if (opts.time_mixers) {
+        chains.flush();
+        CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
+      }
       layers[l].mixer->forward(st);
-      if (opts.time_mixers) CUDA_CHECK(cudaEventRecord(events[2 * l + 1], stream));
+      if (opts.time_mixers) {
+        chains.flush();
+        CUDA_CHECK(cudaEventRecord(events[2 * l + 1], stream));
+      }
       st.norm = layers[l].ln2;
       layers[l].ffn->forward(st);
     }
     GemmIn in = normed_rows_of(x.get(), d, norm_f);
     in.rows = b.out_rows;
     gemm(stream, in, head, O, to(logits.get(), cfg.vocab_size));
+    chains.flush();
   }
 
   void run_graph(const DeviceBatchLayout& at) {
@@ -279,7 +291,9 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   m.pipelined_gemm = env_switch("MIXSERVE_CUDA_PIPELINED", opts.pipelined_gemm);
   dw.use_pipelined(m.pipelined_gemm);
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
-  dw.use_fused_ffn(env_switch("MIXSERVE_CUDA_FUSED_FFN", opts.fused_ffn));
+  m.gemm_chains = env_switch("MIXSERVE_CUDA_GEMM_CHAINS", opts.gemm_chains);
+  if (const char* c = std::getenv("MIXSERVE_CUDA_CHAIN_CLUSTER")) m.chain_cluster = std::atoi(c);
+  allow_gemm_chain_cluster(m.chain_cluster);  // 8 or 16 (else throws)
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
   m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;
@@ -444,8 +458,8 @@ bool CudaBackend::dependent_launch() const {
 bool CudaBackend::pipelined_gemm() const {
   return impl_->pipelined_gemm;
 }
-bool CudaBackend::fused_ffn() const {
-  return impl_->weights.fused_ffn();
+bool CudaBackend::gemm_chains() const {
+  return impl_->gemm_chains;
 }
 bool CudaBackend::block_tables() const {
   return impl_->step->block_tables();

@@ -78,13 +78,15 @@ struct CudaBackendOptions {
   // in the K-chunked order. MIXSERVE_CUDA_PIPELINED=1|0 overrides. Off by default until it has
   // passed on a GPU.
   bool pipelined_gemm = false;
-  // An MLP FFN at ≤ 8 rows (batch-1 decode) as one kernel instead of two (kernels/ffn_fused.cu):
-  // one thread-block cluster of 8 blocks computes fc1 into its shared memory, waits at one cluster
-  // barrier, then fc2 from there into the residual stream — the same bits, one kernel boundary and
-  // the hidden vector's round trip through global memory fewer per layer. Where the hidden vector
-  // fits (FFN width ≤ 1,024) and gemv.cu would run both projections. MIXSERVE_CUDA_FUSED_FFN=1|0
-  // overrides. Off by default until it has passed on a GPU.
-  bool fused_ffn = false;
+  // Forward passes of ≤ 8 rows (batch-1 decode) launch each run of consecutive small projections —
+  // a mixer's output projection, the FFN's two, the next layer's input projection — as one kernel
+  // of one thread-block cluster (kernels/gemm_chain.cu), a cluster barrier between one projection
+  // and the next instead of a kernel boundary: the same bits, a layer down to its mixer's core
+  // kernels and one chain. Projections of more than 4 tiles of 32 outputs per block or K above
+  // 1,024 are launched on their own as before. MIXSERVE_CUDA_GEMM_CHAINS=1|0 overrides;
+  // MIXSERVE_CUDA_CHAIN_CLUSTER=8|16 sets the cluster's blocks (8: the portable size). Off by
+  // default until it has passed on a GPU.
+  bool gemm_chains = false;
   int device = 0;
 };
 
@@ -126,7 +128,7 @@ class CudaBackend : public Backend {
   bool block_tables() const;
   bool split_attention() const;
   bool pipelined_gemm() const;
-  bool fused_ffn() const;
+  bool gemm_chains() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

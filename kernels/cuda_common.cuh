@@ -49,12 +49,18 @@ __device__ __forceinline__ void kernel_prologue(F&& before_wait) {
 // start of each forward pass from its options and the pass's rows (cuda_backend.cu).
 inline std::atomic<bool> dependent_launch{false};
 
+// Set while a GemmChainScope is open on this thread (gemm.cuh): launches the GEMMs it has kept.
+// Every kernel launch calls it first, so kernels run in the order they were asked for. (A pointer,
+// so programs that launch kernels without the backend's library need nothing from it.)
+inline thread_local void (*before_kernel_launch)() = nullptr;
+
 // kernel<<<grid, block, smem, stream>>>(args...), with the dependent-launch attribute when on, in
 // thread-block clusters of `cluster` blocks along x when it is above 1 (grid.x a multiple of it).
 // Configuration errors throw at once (execution errors show at the next sync).
 template <typename... Params, typename... Args>
 void launch_kernel_in_clusters(int cluster, void (*kernel)(Params...), dim3 grid, dim3 block,
                                size_t smem, cudaStream_t stream, Args&&... args) {
+  if (before_kernel_launch) before_kernel_launch();
   cudaLaunchAttribute attributes[2]{};
   unsigned count = 0;
   if (dependent_launch.load(std::memory_order_relaxed)) {

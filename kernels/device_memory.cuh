@@ -116,9 +116,6 @@ class DeviceWeights {
   // Kept here, beside the GEMM choices, because every part's factory gets this object.
   void use_split_attention(bool on) { split_attention_ = on; }
   bool split_attention() const { return split_attention_; }
-  // MLP FFNs built from now on run fused_mlp where it applies (CudaBackendOptions::fused_ffn).
-  void use_fused_ffn(bool on) { fused_ffn_ = on; }
-  bool fused_ffn() const { return fused_ffn_; }
   // Float32 vector (norms, mixes, pos biases, ...), kept in float32 whatever the mode.
   const float* f32(const float* host, size_t n);
   const float* f32(const std::vector<float>& host) { return f32(host.data(), host.size()); }
@@ -138,7 +135,7 @@ class DeviceWeights {
  private:
   CudaWeightType type_;
   bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false, pipelined_ = false,
-       split_attention_ = false, fused_ffn_ = false;
+       split_attention_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

@@ -30,13 +30,9 @@ class CudaMlp : public CudaPart {
         c_(static_cast<int>(cfg.ffn_dim)),
         act_(act_of(cfg.activation)),
         fc1_(dw.linear(w, p + "fc1", c_, d_, cfg.bias)),
-        fc2_(dw.linear(w, p + "fc2", d_, c_, cfg.bias)),
-        fused_(dw.fused_ffn()) {}
+        fc2_(dw.linear(w, p + "fc2", d_, c_, cfg.bias)) {}
 
   void forward(const PartStep& st) override {
-    if (fused_ && fused_mlp_applies(fc1_, fc2_, st.rows))  // one kernel, the same bits
-      return fused_mlp(st.stream, normed_rows_of(st.x, d_, st.norm), fc1_, act_, fc2_, st.rows,
-                       to(st.x, d_, Epi::kAdd));
     gemm(st.stream, normed_rows_of(st.x, d_, st.norm), fc1_, st.rows,
          to(st.s.hidden, c_, Epi::kStore, act_));
     gemm(st.stream, rows_of(st.s.hidden, c_), fc2_, st.rows, to(st.x, d_, Epi::kAdd));
@@ -46,7 +42,6 @@ class CudaMlp : public CudaPart {
   int d_, c_;
   Act act_;
   DevMatrix fc1_, fc2_;
-  bool fused_;
 };
 
 // hidden = act(fc1 x) ⊙ (gate x), the product in the gate GEMM's epilogue (y = v · aux, in place:

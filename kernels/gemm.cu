@@ -217,6 +217,7 @@ int multiprocessors() {
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
+  if (chain_gemm(stream, in, w, M, out)) return;  // launched later with its chain: same bits
   if (w.tensor_cores)
     return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
   if (gemv_ordered_applies(w, M)) return gemm_small_batch_ordered(stream, in, w, M, out);

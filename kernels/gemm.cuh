@@ -6,6 +6,8 @@
 // SHE's long K (W·d) is cut into chunks of kLagChunk by k alone, and the chunk sums added in order.
 #pragma once
 
+#include <memory>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_memory.cuh"
 
@@ -42,12 +44,34 @@ struct GemmOut {
 
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out);
 
-// An MLP FFN in one kernel (ffn_fused.cu, CudaBackendOptions::fused_ffn): out ⊕= fc2(act(fc1(in)))
-// — the bits of gemm(in, fc1) with `act` into a hidden buffer, then gemm(hidden, fc2, out) — for
-// M ≤ 8 rows where both would run gemv.cu and the hidden vector fits one cluster's shared memory.
-bool fused_mlp_applies(const DevMatrix& fc1, const DevMatrix& fc2, int M);
-void fused_mlp(cudaStream_t stream, const GemmIn& in, const DevMatrix& fc1, Act act,
-               const DevMatrix& fc2, int M, const GemmOut& out);
+// Runs of small-batch GEMMs as one kernel each (gemm_chain.cu, CudaBackendOptions::gemm_chains).
+// While a scope with `on` is open on this thread, gemm() keeps each projection gemv.cu would run
+// and that is small enough (gemm_chain_plan.h: ChainPlan::takes) instead of launching it; the run
+// kept so far is launched as one kernel of one thread-block cluster of `cluster` blocks (8, or 16
+// where the device allows) — the same bits as separate launches — when any other kernel is
+// launched, when a GEMM no longer fits, or at flush(). Every stream operation that is not a kernel
+// launch (copies, events) must come after a flush. One lone GEMM is launched as gemm() would.
+class GemmChain;
+class GemmChainScope {
+ public:
+  explicit GemmChainScope(bool on, int cluster = 8);
+  ~GemmChainScope();  // drops what was not flushed (an exception is on its way)
+  GemmChainScope(const GemmChainScope&) = delete;
+  GemmChainScope& operator=(const GemmChainScope&) = delete;
+  void flush();
+
+ private:
+  std::unique_ptr<GemmChain> chain_;
+  GemmChain* previous_;
+};
+// Checks a chain's cluster size (8 or 16) and lets the chain kernels use 16 blocks, once; the
+// backend calls it at construction (GemmChainScope does too), before any graph is captured.
+void allow_gemm_chain_cluster(int cluster);
+// Chains launched as one kernel so far in this process (tests: a chain did run).
+int64_t gemm_chains_launched();
+// gemm()'s first step: true when the open scope kept the GEMM.
+bool chain_gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
+                const GemmOut& out);
 
 // SHE's extraction as one GEMM with K = W·d: A[r, λ·d + i] = s_{p−λ}[i], the row's input λ
 // positions back (from this batch's rows or from the ring in the state; zero before position 0).

@@ -5,6 +5,8 @@
 // the option's backend) the bits it got among the batch.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +29,27 @@ struct OptionBitsSchedule {
 
 // make(weights, on) builds the backend with the option on or off.
 using MakeBackend = std::function<std::unique_ptr<CudaBackend>(CudaWeightType, bool)>;
+
+// A golden fixture's CUDA backend (64 MB of state pool, `w` weights) with one option set by
+// set(options, on), checked to report it through `reported`: both sides of an option's tests.
+using ReportedOption = bool (CudaBackend::*)() const;
+template <typename Set>
+std::unique_ptr<CudaBackend> option_backend(const Fixture& fx, CudaWeightType w, bool on, Set set,
+                                            ReportedOption reported) {
+  CudaBackendOptions o;
+  o.pool_bytes = 64 << 20;
+  o.weights = w;
+  set(o, on);
+  auto b = std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
+  EXPECT_EQ(((*b).*reported)(), on);
+  return b;
+}
+template <typename Set>
+MakeBackend option_maker(const Fixture& fx, Set set, ReportedOption reported) {
+  return [&fx, set, reported](CudaWeightType w, bool on) {
+    return option_backend(fx, w, on, set, reported);
+  };
+}
 
 // "" when every comparison held for every weight type in `types`, else what differed first.
 std::string option_bits_difference(const Fixture& fx, const MakeBackend& make,

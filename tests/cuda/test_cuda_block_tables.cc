@@ -12,18 +12,16 @@
 
 #include "kernels/cuda_backend.h"
 #include "tests/cuda/cuda_fixture.h"
+#include "tests/cuda/option_bits.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
 namespace {
 
 std::unique_ptr<CudaBackend> backend(const Fixture& fx, bool tables) {
-  CudaBackendOptions o;
-  o.pool_bytes = 64 << 20;
-  o.block_tables = tables;
-  auto b = std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
-  EXPECT_EQ(b->block_tables(), tables);
-  return b;
+  return option_backend(
+      fx, CudaWeightType::kF32, tables, [](CudaBackendOptions& o, bool on) { o.block_tables = on; },
+      &CudaBackend::block_tables);
 }
 
 class BlockTablesCuda : public CudaFixtureTest {};

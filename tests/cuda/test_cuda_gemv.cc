@@ -13,16 +13,6 @@
 namespace mixserve::testing {
 namespace {
 
-std::unique_ptr<CudaBackend> backend(const Fixture& fx, CudaWeightType w, bool gemv) {
-  CudaBackendOptions o;
-  o.pool_bytes = 32 << 20;
-  o.weights = w;
-  o.small_batch_gemv = gemv;
-  auto b = std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
-  EXPECT_EQ(b->small_batch_gemv(), gemv);
-  return b;
-}
-
 class SmallBatchGemv : public CudaFixtureTest {};
 
 // Prefill chunks of 5 and 3 rows and decode steps of 1…8 sequences run gemv.cu with the option on;
@@ -35,7 +25,10 @@ TEST_P(SmallBatchGemv, SameBitsAsTheTiledKernel) {
   sch.alone_above = 8;
   sch.seed = 9;
   const std::string diff = option_bits_difference(
-      fx_, [&](CudaWeightType w, bool on) { return backend(fx_, w, on); },
+      fx_,
+      option_maker(
+          fx_, [](CudaBackendOptions& o, bool on) { o.small_batch_gemv = on; },
+          &CudaBackend::small_batch_gemv),
       {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16}, sch);
   EXPECT_EQ(diff, "") << GetParam();
 }

@@ -110,16 +110,6 @@ INSTANTIATE_TEST_SUITE_P(Types, PipelinedGemm,
 namespace mixserve::testing {
 namespace {
 
-std::unique_ptr<CudaBackend> backend(const Fixture& fx, CudaWeightType w, bool pipelined) {
-  CudaBackendOptions o;
-  o.pool_bytes = 32 << 20;
-  o.weights = w;
-  o.pipelined_gemm = pipelined;
-  auto b = std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
-  EXPECT_EQ(b->pipelined_gemm(), pipelined);
-  return b;
-}
-
 class PipelinedGemmModel : public CudaFixtureTest {};
 
 // Prefill chunks of 12 rows and decode steps of 9 and 40 sequences: the pipelined kernel with the
@@ -132,7 +122,10 @@ TEST_P(PipelinedGemmModel, SameBitsAsTheTiledKernel) {
   sch.alone_every = 8;
   sch.seed = 21;
   const std::string diff = option_bits_difference(
-      fx_, [&](CudaWeightType w, bool on) { return backend(fx_, w, on); },
+      fx_,
+      option_maker(
+          fx_, [](CudaBackendOptions& o, bool on) { o.pipelined_gemm = on; },
+          &CudaBackend::pipelined_gemm),
       {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16}, sch);
   EXPECT_EQ(diff, "") << GetParam();
 }

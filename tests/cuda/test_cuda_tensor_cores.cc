@@ -12,19 +12,16 @@
 
 #include "kernels/cuda_backend.h"
 #include "tests/cuda/cuda_fixture.h"
+#include "tests/cuda/option_bits.h"
 #include "tests/support/golden.h"
 
 namespace mixserve::testing {
 namespace {
 
 std::unique_ptr<CudaBackend> backend(const Fixture& fx, CudaWeightType w, bool tensor_cores) {
-  CudaBackendOptions o;
-  o.pool_bytes = 64 << 20;
-  o.weights = w;
-  o.tensor_cores = tensor_cores;
-  auto b = std::make_unique<CudaBackend>(fx.cfg, *fx.weights, o);
-  EXPECT_EQ(b->tensor_cores(), tensor_cores);
-  return b;
+  return option_backend(
+      fx, w, tensor_cores, [](CudaBackendOptions& o, bool on) { o.tensor_cores = on; },
+      &CudaBackend::tensor_cores);
 }
 
 class TensorCores : public CudaFixtureTest {};

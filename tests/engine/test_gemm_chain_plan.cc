@@ -1,0 +1,175 @@
+// The GEMM chain's schedule (kernels/gemm_chain_plan.h, run by kernels/gemm_chain.cu), checked
+// without a GPU: every phase's every tile's every chunk is one block's step, once, phase by phase
+// and a tile's chunks in order; the chain takes the projections it should (the paper config's)
+// and not the ones it should not; and the kernel's walk — emulated on the host through the same
+// maps, the phases separated as the cluster barrier separates them, one FMA chain per output —
+// gives the bits of the GEMMs run one after another.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "kernels/gemm_chain_plan.h"
+
+namespace mixserve::cuda {
+namespace {
+
+// Chains of (n, k): the paper config's layer tail (output projection, fc1, fc2, the next input
+// projection), the golden fixtures' (d 32), odd shapes, phases with fewer tiles than blocks.
+const std::vector<std::vector<std::pair<int, int>>> kChains = {
+    {{128, 128}, {512, 128}, {128, 512}, {384, 128}},
+    {{32, 32}, {64, 32}, {32, 64}, {96, 32}},
+    {{97, 100}, {1000, 97}, {5, 1000}, {33, 5}, {1, 1}},
+    {{1024, 1024}, {256, 1024}},
+    {{64, 96}, {96, 64}, {64, 96}, {96, 64}, {64, 96}, {96, 64}, {64, 96}, {96, 64}}};
+
+ChainPlan plan_of(const std::vector<std::pair<int, int>>& chain, int cluster) {
+  ChainPlan plan;
+  plan.cluster = cluster;
+  for (auto [n, k] : chain) {
+    EXPECT_TRUE(plan.takes(n, k)) << "n " << n << " k " << k;
+    plan.add(n, k);
+  }
+  return plan;
+}
+
+TEST(GemmChainPlan, EveryTileChunkIsOneStepInOrder) {
+  for (int cluster : {kChainCluster, kChainMaxCluster})
+    for (const auto& chain : kChains) {
+      const ChainPlan plan = plan_of(chain, cluster);
+      std::set<std::tuple<int, int, int>> seen;
+      for (int b = 0; b < cluster; ++b) {
+        int last_phase = 0, last_tile = -1, last_chunk = -1, total = 0;
+        for (int p = 0; p < plan.phases; ++p) total += plan.steps(p, b);
+        ASSERT_EQ(total, plan.steps(b));
+        for (int s = 0; s < plan.steps(b); ++s) {
+          const ChainStep st = plan.step(b, s);
+          ASSERT_GE(st.phase, last_phase) << "phase by phase";
+          ASSERT_LT(st.phase, plan.phases);
+          ASSERT_EQ(st.tile % cluster, b) << "block b takes tiles ≡ b (mod cluster)";
+          ASSERT_LT(st.tile, plan.tiles(st.phase));
+          ASSERT_LT(st.chunk, plan.chunks(st.phase));
+          if (st.phase == last_phase && st.tile == last_tile)
+            ASSERT_EQ(st.chunk, last_chunk + 1) << "a tile's chunks in order";
+          else
+            ASSERT_EQ(st.chunk, 0) << "a tile starts at its first chunk";
+          ASSERT_TRUE(seen.insert({st.phase, st.tile, st.chunk}).second);
+          last_phase = st.phase;
+          last_tile = st.tile;
+          last_chunk = st.chunk;
+        }
+      }
+      size_t all = 0;
+      for (int p = 0; p < plan.phases; ++p)
+        all += static_cast<size_t>(plan.tiles(p)) * plan.chunks(p);
+      EXPECT_EQ(seen.size(), all);
+    }
+}
+
+TEST(GemmChainPlan, TakesSmallProjectionsOnly) {
+  ChainPlan plan;                       // 8 blocks
+  EXPECT_TRUE(plan.takes(384, 128));    // the paper config's qkv
+  EXPECT_TRUE(plan.takes(128, 512));    // its fc2
+  EXPECT_TRUE(plan.takes(1024, 1024));  // 4 tiles a block, 8 chunks
+  EXPECT_FALSE(plan.takes(1025, 128));  // a fifth tile for block 0
+  EXPECT_FALSE(plan.takes(128, 1025));  // a ninth chunk
+  EXPECT_FALSE(plan.takes(5000, 128));  // the paper config's logits: gemv.cu's 157 blocks
+  EXPECT_FALSE(plan.takes(2304, 768));  // GPT-2 small's qkv
+  EXPECT_FALSE(plan.takes(768, 3072));  // its fc2
+  EXPECT_FALSE(plan.takes(0, 128));
+  ChainPlan wide;
+  wide.cluster = kChainMaxCluster;
+  EXPECT_TRUE(wide.takes(2048, 128));  // 16 blocks: 4 tiles each
+  EXPECT_FALSE(wide.takes(2304, 768));
+  for (int p = 0; p < kChainMaxPhases; ++p) plan.add(128, 128);
+  EXPECT_FALSE(plan.takes(128, 128)) << "a full chain takes no more";
+  // The paper config's layer tail: block 0 has 1 + 2 + 4 + 2 steps, block 7 has 2 + 1.
+  const ChainPlan tail = plan_of(kChains[0], kChainCluster);
+  EXPECT_EQ(tail.steps(0), 1 + 2 + 4 + 2);
+  EXPECT_EQ(tail.steps(7), 2 + 1);
+}
+
+float add(float a, float b) {
+  volatile float s = a + b;  // no contraction
+  return s;
+}
+
+// A phase reads buffer in[p] and adds into buffer out[p] (both of the chain's buffers, each
+// [rows, 1024]): what a chain's GEMMs do to the residual stream and the scratch they pass on.
+struct Phase {
+  int in, out;
+};
+
+std::vector<std::vector<float>> run(const ChainPlan& plan, const std::vector<Phase>& io,
+                                    const std::vector<std::vector<float>>& w,
+                                    std::vector<std::vector<float>> buf, int M, bool walk) {
+  constexpr int ld = 1024;
+  for (int p = 0; p < plan.phases; ++p) {
+    const int N = plan.n[p], K = plan.k[p];
+    const std::vector<float> x = buf[io[p].in];  // read before any output (the barrier)
+    std::vector<float>& y = buf[io[p].out];
+    if (!walk) {  // the GEMM on its own
+      for (int r = 0; r < M; ++r)
+        for (int n = 0; n < N; ++n) {
+          float acc = 0;
+          for (int k = 0; k < K; ++k) acc = std::fma(x[r * ld + k], w[p][n * K + k], acc);
+          y[r * ld + n] = add(y[r * ld + n], acc);
+        }
+      continue;
+    }
+    for (int b = 0; b < plan.cluster; ++b) {
+      std::vector<float> acc(kChainRows * kChainTile, 0.0f);
+      for (int s = 0; s < plan.steps(b); ++s) {
+        const ChainStep st = plan.step(b, s);
+        if (st.phase != p) continue;
+        for (int r = 0; r < M; ++r)
+          for (int lane = 0; lane < kChainTile; ++lane) {
+            const int n = st.tile * kChainTile + lane;
+            if (n >= N) continue;
+            float& a = acc[r * kChainTile + lane];
+            for (int k = st.chunk * kChainChunk; k < std::min(K, (st.chunk + 1) * kChainChunk); ++k)
+              a = std::fma(x[r * ld + k], w[p][n * K + k], a);
+            if (!plan.last_chunk(st)) continue;
+            y[r * ld + n] = add(y[r * ld + n], a);
+            a = 0;
+          }
+      }
+    }
+  }
+  return buf;
+}
+
+TEST(GemmChainPlan, TheKernelsWalkGivesTheSeparateGemmsBits) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  int checked = 0;
+  for (int cluster : {kChainCluster, kChainMaxCluster})
+    for (const auto& chain : kChains) {
+      const ChainPlan plan = plan_of(chain, cluster);
+      std::vector<Phase> io;
+      for (int p = 0; p < plan.phases; ++p) io.push_back({p % 2, (p + 1) % 2});  // a ping-pong
+      std::vector<std::vector<float>> w;
+      for (auto [n, k] : chain) {
+        w.emplace_back(static_cast<size_t>(n) * k);
+        for (float& v : w.back()) v = dist(rng) / 8;
+      }
+      for (int M : {1, 3, 8}) {
+        std::vector<std::vector<float>> buf(2, std::vector<float>(kChainRows * 1024));
+        for (auto& v : buf)
+          for (float& e : v) e = dist(rng);
+        const auto want = run(plan, io, w, buf, M, false), got = run(plan, io, w, buf, M, true);
+        for (int i = 0; i < 2; ++i)
+          ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+              << "cluster " << cluster << " chain of " << plan.phases << " M " << M;
+        ++checked;
+      }
+    }
+  EXPECT_EQ(checked, 2 * 5 * 3);
+}
+
+}  // namespace
+}  // namespace mixserve::cuda
