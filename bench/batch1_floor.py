@@ -23,7 +23,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from cpu_decode import MIXERS, paper_model  # noqa: E402
-from floor import host_facts, write_result  # noqa: E402
+from floor import host_contended, host_facts, write_result  # noqa: E402
 
 # The floor benchmark whose matrices each mixer's CPU layer holds (bench/gemv_floor_bench.cc).
 FLOOR_OF = {m: "qkv_o" for m in ("aft_simple", "aft_local", "aft_full", "attention", "linear", "performer")}
@@ -132,7 +132,7 @@ def main():
     date = datetime.date.today().isoformat()
     result = {"benchmark": "batch1-floor", "date": date, "device": "CPU", **host_facts(), "threads": threads,
               "rounds": args.rounds, "load_before": load_before, "load_after": load_after,
-              "host_contended": load_before[0] > 0.5, "target_ratio": TARGET,
+              "host_contended": host_contended(load_before[0]), "target_ratio": TARGET,
               "note": "floor: mixserve-gemv-floor-bench, the mixer's projections of one step alone (median of 5 "
                       "repetitions a round); step: mixserve-bench --batches 1 (16 prompt tokens, 48 steps, "
                       "median step); each the median over rounds, at its best thread count",

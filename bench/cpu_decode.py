@@ -27,6 +27,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "reference"))
 from mixserve_ref.mixers import MIXERS as TABLE  # noqa: E402
+from floor import host_contended  # noqa: E402  (bench/, this script's folder)
 
 MIXERS = list(TABLE)
 
@@ -140,7 +141,7 @@ def main():
                             text=True).stdout.strip()
     result = {"benchmark": "cpu-decode", "date": date, "host": host, "cpu": cpu, "cores": os.cpu_count(),
               "commit": commit, "load_before": list(load_before), "load_after": list(os.getloadavg()),
-              "host_contended": load_before[0] > 0.5,
+              "host_contended": host_contended(load_before[0]),
               "threads": args.threads, "reference_threads": args.ref_threads,
               "reference_loop": "reference/bench_decode.py (fast_step: inference_mode, fused projections, "
                                 "in-place state; per figure >= 64 steps and >= 1 s, perf_counter_ns)",

@@ -28,6 +28,13 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
+CONTENDED_LOAD = 0.5  # a 1-minute load average above this when a run began: it shared the host
+
+
+def host_contended(load_before):
+    """Whether a run that began at this 1-minute load average shared the host with other work:
+    every bench result records it as host_contended, and latest_floor prefers a quiet floor."""
+    return load_before > CONTENDED_LOAD
 
 
 def latest_floor(results_dir=RESULTS):
@@ -170,7 +177,7 @@ def main():
     result = {"benchmark": "floor", "date": date, **host_facts(), "threads": args.threads,
               "pinned": all(r["pinned"] for r in rounds), "rounds": args.rounds, "reps": args.reps,
               "big_buffer_gib": args.gib, "load_before": list(load_before), "load_after": list(os.getloadavg()),
-              "host_contended": load_before[0] > 0.5,
+              "host_contended": host_contended(load_before[0]),
               "summary": summary(bandwidth, fma), "bandwidth": bandwidth, "fma": fma,
               "method": "reads: each thread sums its own contiguous slice with vector loads (8 accumulators), "
                         "threads pinned one per CPU; FMA: independent chains in registers (16 zmm / 12 ymm), "

@@ -50,6 +50,7 @@ PEER = os.path.join(ROOT, "bench", "peer")
 sys.path.insert(0, PEER)
 from peer_plot import BATCH_1_SIDES, best, plot  # noqa: E402
 from server_side import run_server  # noqa: E402
+from floor import host_contended  # noqa: E402  (bench/, this script's folder)
 
 PROMPT = "And God said, Let there be light: and there was light."
 
@@ -303,7 +304,7 @@ def main():
     models = [{"key": model_key(d, w), "dtype": d, "weights": w,
                "peer_format": (PEER_FORMAT[w] or d).upper()} for d in dtypes for w in weights]
     load_before = os.getloadavg()
-    contended = args.host_contended or load_before[0] > 0.5
+    contended = args.host_contended or host_contended(load_before[0])
     print(f"[host] load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}"
           + (" — contended: the figures are not final" if contended else ""), flush=True)
 

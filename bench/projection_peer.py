@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from floor import host_facts, latest_floor, write_result  # noqa: E402
+from floor import host_contended, host_facts, latest_floor, write_result  # noqa: E402
 
 SHAPES = "2304x768,768x768,3072x768,768x3072"  # GPT-2-small: qkv, out, fc1, fc2
 
@@ -131,6 +131,7 @@ def main():
               "threads": args.threads, "rounds": args.rounds, "batches": args.batches, "shapes": SHAPES,
               "fma_peak_gflop_s": peak, "floor": {"date": floor["date"], "commit": floor["commit"]},
               "versions": {"openblas": openblas}, "load_before": load_before, "load_after": load_after,
+              "host_contended": host_contended(load_before[0]),
               "note": "median over rounds of each run's median GFLOP/s (2 flops per multiply-add); "
                       "copies 1: weights in cache, 16: from memory; OpenBLAS: cblas_sgemm on float32 "
                       "weights, y = x·Wᵀ, its threads set to the same count",

@@ -15,15 +15,13 @@ import datetime
 import json
 import os
 import platform
-import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "clients"))
+from mixserve_server import Server  # noqa: E402
 
 
 def parse_args():
@@ -49,40 +47,6 @@ def parse_args():
     p.add_argument("--name", default="serving-" + datetime.date.today().isoformat(), help="file name stem")
     p.add_argument("--replot", metavar="JSON", help="only redraw the PNG beside an earlier sweep's JSON")
     return p.parse_args()
-
-
-class Server:
-    """`mixserve serve` on free ports; prints nothing unless it fails to start."""
-
-    def __init__(self, args):
-        self.cmd = [args.server_bin, "serve", "--model", args.model, "--grpc-port", "0", "--http-port", "0",
-                    *args.server_args.split()]
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        # Plain blocking reads, with a timer that ends a server that does not start (select() beside
-        # readline() can miss a line already in Python's buffer).
-        out, timer = "", threading.Timer(60, self.proc.kill)
-        timer.start()
-        for line in self.proc.stdout:
-            out += line
-            m = re.search(r"listening: grpc [^:]+:(\d+).*, https? [^:]+:(\d+)", line)
-            if m:
-                timer.cancel()
-                self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
-                # keep draining, so the server never blocks on a full pipe
-                threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-                return self
-        timer.cancel()
-        self.proc.kill()
-        sys.exit("the server did not start:\n" + out)
-
-    def __exit__(self, *exc):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def machine():
@@ -184,7 +148,9 @@ def main():
             sys.exit(f"{path} does not exist: build first (cmake --preset release && ninja -C build/release -j2)")
     os.makedirs(args.out_dir, exist_ok=True)
     points, models = [], None
-    server = Server(args) if args.start_server else None
+    # tests/clients' Server: free ports, its output read from the start, SIGTERM at the end.
+    server = (Server(args.server_bin, ROOT, *args.server_args.split(), model=args.model)
+              if args.start_server else None)
     with (server or contextlib.nullcontext()), tempfile.TemporaryDirectory() as tmp:
         grpc_port = server.grpc_port if server else args.grpc_port
         http_port = server.http_port if server else args.http_port
@@ -205,7 +171,7 @@ def main():
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": info,
         "server": {"model": models[0], "mixers": models[1], "backend": models[2],
-                   "command": " ".join(server.cmd[1:]) if server else f"external {args.host}"},
+                   "command": " ".join(server.args[1:]) if server else f"external {args.host}"},
         "workload": {"input_len": args.input_len, "output_len": args.output_len, "ignore_eos": True,
                      "arrivals": "Poisson", "duration_per_rate_s": args.duration, "warmup": args.warmup,
                      "inf_rate": {"requests": args.inf_requests, "max_concurrency": args.inf_concurrency}},
