@@ -79,10 +79,10 @@ struct CudaBackendOptions {
   // passed on a GPU.
   bool pipelined_gemm = false;
   // Forward passes of ≤ 8 rows (batch-1 decode) launch each run of consecutive small projections —
-  // a mixer's output projection, the FFN's two, the next layer's input projection — as one kernel
-  // of one thread-block cluster (kernels/gemm_chain.cu), a cluster barrier between one projection
-  // and the next instead of a kernel boundary: the same bits, a layer down to its mixer's core
-  // kernels and one chain. Projections of more than 4 tiles of 32 outputs per block or K above
+  // a mixer's output projection, the FFN's two, the next layer's input projection — together with
+  // the element-wise mixer core before it (AFT's, RWKV's) as one kernel of one thread-block
+  // cluster (kernels/gemm_chain.cu), a cluster barrier where each kernel boundary was: the same
+  // bits; a layer of aft_simple becomes one kernel. Projections of more than 4 tiles of 32 outputs per block or K above
   // 1,024 are launched on their own as before. MIXSERVE_CUDA_GEMM_CHAINS=1|0 overrides;
   // MIXSERVE_CUDA_CHAIN_CLUSTER=8|16 sets the cluster's blocks (8: the portable size). Off by
   // default until it has passed on a GPU.

@@ -46,10 +46,11 @@ void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, cons
 
 // Runs of small-batch GEMMs as one kernel each (gemm_chain.cu, CudaBackendOptions::gemm_chains).
 // While a scope with `on` is open on this thread, gemm() keeps each projection gemv.cu would run
-// and that is small enough (gemm_chain_plan.h: ChainPlan::takes) instead of launching it; the run
-// kept so far is launched as one kernel of one thread-block cluster of `cluster` blocks (8, or 16
-// where the device allows) — the same bits as separate launches — when any other kernel is
-// launched, when a GEMM no longer fits, or at flush(). Every stream operation that is not a kernel
+// and that is small enough (gemm_chain_plan.h: ChainPlan::takes) instead of launching it, and a
+// mixer's element-wise core (launch_core, gemm_chain.cuh) starts a new run; the run kept so far is
+// launched as one kernel of one thread-block cluster of `cluster` blocks (8, or 16 where the
+// device allows) — the same bits as separate launches — when any other kernel is launched, when a
+// GEMM no longer fits, or at flush(). Every stream operation that is not a kernel
 // launch (copies, events) must come after a flush. One lone GEMM is launched as gemm() would.
 class GemmChain;
 class GemmChainScope {
@@ -64,8 +65,7 @@ class GemmChainScope {
   std::unique_ptr<GemmChain> chain_;
   GemmChain* previous_;
 };
-// Checks a chain's cluster size (8 or 16) and lets the chain kernels use 16 blocks, once; the
-// backend calls it at construction (GemmChainScope does too), before any graph is captured.
+// Checks a chain's cluster size: 8 or 16 (each chain kernel is allowed 16 at its first launch).
 void allow_gemm_chain_cluster(int cluster);
 // Chains launched as one kernel so far in this process (tests: a chain did run).
 int64_t gemm_chains_launched();

@@ -18,6 +18,7 @@
 
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_core
 #include "kernels/gemm_chain_plan.h"
 #include "tests/cuda/cuda_fixture.h"
 #include "tests/cuda/option_bits.h"
@@ -154,6 +155,58 @@ TEST_P(GemmChains, SameBitsAsOneByOneAtOddShapesAndSplits) {
     check(GetParam(), s, true, Split::kNone, seed += 100);
   check(GetParam(), Shape{128, 512}, false, Split::kLargeGemm, seed += 100);
   check(GetParam(), Shape{128, 512}, true, Split::kKernel, seed += 100);
+}
+
+// y = 0.5·x + 1, element by element: an element-wise core as a mixer's (launch_core).
+struct AffineCore {
+  const float* x;
+  float* y;
+  __device__ void operator()(int64_t i) const { y[i] = __fmaf_rn(0.5f, x[i], 1.0f); }
+};
+
+// A core, then two projections reading what it wrote (the second adding to x): one kernel with the
+// option on, the same bits as the core's own kernel and two GEMMs; a core with no GEMM after it
+// (the run ends at a kernel launch) runs alone.
+TEST_P(GemmChains, ACoreStartsAChainWithTheSameBits) {
+  std::mt19937 rng(77);
+  const int d = 128, c = 512, R = kChainRows;
+  DeviceWeights dw(GetParam());
+  dw.use_small_batch_gemv(true);
+  const std::vector<float> w1 = random(size_t{c} * d, rng, 0.1f),
+                           w2 = random(size_t{d} * c, rng, 0.05f);
+  const DevMatrix fc1 = dw.matrix(w1.data(), nullptr, c, d),
+                  fc2 = dw.matrix(w2.data(), nullptr, d, c);
+  const std::vector<float> x0 = random(size_t{R} * d, rng, 1), src = random(size_t{R} * d, rng, 1);
+  const std::vector<float> ones(d, 1.0f), zeros(d, 0.0f);
+  const Norm norm{dw.f32(ones), dw.f32(zeros), 1e-5f, false};
+  for (int M = 1; M <= R; M += 3) {
+    std::vector<std::vector<float>> results;
+    for (bool on : {false, true}) {
+      DeviceBuffer<float> x, in, y, hidden;
+      upload(x, x0);
+      upload(in, src);
+      upload(y, std::vector<float>(size_t{R} * d, 0.0f));
+      upload(hidden, std::vector<float>(size_t{R} * c, 0.0f));
+      const int64_t before = gemm_chains_launched();
+      {
+        GemmChainScope chains(on);
+        launch_core(nullptr, AffineCore{in.get(), y.get()}, int64_t{M} * d, 128);
+        gemm(nullptr, rows_of(y.get(), d), fc1, M, to(hidden.get(), c, Epi::kStore, Act::kRelu));
+        gemm(nullptr, rows_of(hidden.get(), c), fc2, M, to(x.get(), d, Epi::kAdd));
+        launch_core(nullptr, AffineCore{x.get(), in.get()}, int64_t{M} * d, 128);  // alone
+        layer_norm(nullptr, in.get(), M, d, norm, y.get());  // a kernel: ends the run
+        chains.flush();
+      }
+      EXPECT_EQ(gemm_chains_launched() - before, on ? 1 : 0) << "M " << M;
+      results.push_back(download(x, size_t{R} * d));
+      results.push_back(download(in, size_t{R} * d));
+      results.push_back(download(y, size_t{R} * d));
+    }
+    for (int b = 0; b < 3; ++b)
+      ASSERT_EQ(0, std::memcmp(results[b].data(), results[3 + b].data(),
+                               results[b].size() * sizeof(float)))
+          << cuda_weight_type_name(GetParam()) << " M " << M << " buffer " << b;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmChains,

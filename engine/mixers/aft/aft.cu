@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_core
 
 namespace mixserve::cuda {
 
@@ -18,65 +19,77 @@ __device__ __forceinline__ void absorb(float& mx, float& num, float& den, float 
   den = den * a + e;
 }
 
-__global__ void aft_simple_kernel(DevBatch b, DevPages pages, const float* qkv, int d, float* out) {
-  kernel_prologue();
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
-  const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
-  if (pages.padding_row(s)) return;  // a padding row writes no state
-  float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
-  float mx = *pm, num = *pn, den = *pd;
-  for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-    const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
-    absorb(mx, num, den, row[d + c], row[2 * d + c]);
-    out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
+// One (sequence, channel) of aft_simple per item, its rows in order. A functor, so that the same
+// code runs as a kernel of its own or at the start of a GEMM chain (launch_core).
+struct AftSimpleCore {
+  DevBatch b;
+  DevPages pages;
+  const float* qkv;
+  int d;
+  float* out;
+
+  __device__ void operator()(int64_t idx) const {
+    int s, c;
+    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
+    float mx = *pm, num = *pn, den = *pd;
+    for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+      const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
+      absorb(mx, num, den, row[d + c], row[2 * d + c]);
+      out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
+    }
+    *pm = mx;
+    *pn = num;
+    *pd = den;
   }
-  *pm = mx;
-  *pn = num;
-  *pd = den;
-}
+};
 
 // AFT-local: before a token enters slot pos mod s, the token leaving the window (pos − s) is
 // folded into the running sums; the output weighs the in-window lags with pos_bias[pos, lag] and
 // the folded sums with e^0.
-__global__ void aft_local_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int window,
-                                 const float* pos_bias, float* out) {
-  kernel_prologue();
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
-  const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
-  if (pages.padding_row(s)) return;  // a padding row writes no state
-  auto ring_k = [&](int pos) {
-    return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
-  };
-  auto ring_v = [&](int pos) {
-    return pages.at(s, static_cast<int64_t>(3 + window + pos % window) * d + c);
-  };
-  float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
-  float mx = *pm, sn = *pn, sd = *pd;
-  for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-    const int pos = b.pos0[s] + (r - b.row_start[s]);
-    const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
-    if (pos >= window) absorb(mx, sn, sd, *ring_k(pos), *ring_v(pos));
-    *ring_k(pos) = row[d + c];
-    *ring_v(pos) = row[2 * d + c];
-    const int lags = min(pos + 1, window);
-    const float* w = pos_bias + static_cast<int64_t>(pos) * window;
-    float m = mx;
-    for (int lag = 0; lag < lags; ++lag) m = fmaxf(m, *ring_k(pos - lag) + w[lag]);
-    const float e0 = expf(mx - m);
-    float num = sn * e0, den = sd * e0;
-    for (int lag = 0; lag < lags; ++lag) {
-      const float e = expf(*ring_k(pos - lag) + w[lag] - m);
-      num += e * *ring_v(pos - lag);
-      den += e;
+struct AftLocalCore {
+  DevBatch b;
+  DevPages pages;
+  const float* qkv;
+  int d, window;
+  const float* pos_bias;
+  float* out;
+
+  __device__ void operator()(int64_t idx) const {
+    int s, c;
+    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    auto ring_k = [&](int pos) {
+      return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
+    };
+    auto ring_v = [&](int pos) {
+      return pages.at(s, static_cast<int64_t>(3 + window + pos % window) * d + c);
+    };
+    float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
+    float mx = *pm, sn = *pn, sd = *pd;
+    for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+      const int pos = b.pos0[s] + (r - b.row_start[s]);
+      const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
+      if (pos >= window) absorb(mx, sn, sd, *ring_k(pos), *ring_v(pos));
+      *ring_k(pos) = row[d + c];
+      *ring_v(pos) = row[2 * d + c];
+      const int lags = min(pos + 1, window);
+      const float* w = pos_bias + static_cast<int64_t>(pos) * window;
+      float m = mx;
+      for (int lag = 0; lag < lags; ++lag) m = fmaxf(m, *ring_k(pos - lag) + w[lag]);
+      const float e0 = expf(mx - m);
+      float num = sn * e0, den = sd * e0;
+      for (int lag = 0; lag < lags; ++lag) {
+        const float e = expf(*ring_k(pos - lag) + w[lag] - m);
+        num += e * *ring_v(pos - lag);
+        den += e;
+      }
+      out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
     }
-    out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
+    *pm = mx;
+    *pn = sn;
+    *pd = sd;
   }
-  *pm = mx;
-  *pn = sn;
-  *pd = sd;
-}
+};
 
 __global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, int d) {
   kernel_prologue();
@@ -86,28 +99,34 @@ __global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, in
     *pages.token_row(s, pos, 2 * d, i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
 }
 
-// AFT-full, one thread per (row, channel): Σ_j e^{k_j + w[pos, j]} v_j / Σ_j e^{k_j + w[pos, j]},
+// AFT-full, one (row, channel) per item: Σ_j e^{k_j + w[pos, j]} v_j / Σ_j e^{k_j + w[pos, j]},
 // lag 0 (j = pos) first, as the CPU sums.
-__global__ void aft_full_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int l,
-                                const float* pos_bias, float* out) {
-  kernel_prologue();
-  const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= d) return;
-  const int pos = b.row_pos[r], s = b.row_seq[r];
-  const float* w = pos_bias + static_cast<int64_t>(pos) * l;
-  auto key = [&](int j) { return *pages.token_row(s, j, 2 * d, c); };
-  auto value = [&](int j) { return *pages.token_row(s, j, 2 * d, d + c); };
-  float m = -INFINITY;
-  for (int j = pos; j >= 0; --j) m = fmaxf(m, key(j) + w[j]);
-  float num = 0.0f, den = 0.0f;
-  for (int j = pos; j >= 0; --j) {
-    const float e = expf(key(j) + w[j] - m);
-    num += e * value(j);
-    den += e;
+struct AftFullCore {
+  DevBatch b;
+  DevPages pages;
+  const float* qkv;
+  int d, l;
+  const float* pos_bias;
+  float* out;
+
+  __device__ void operator()(int64_t idx) const {
+    const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+    const int pos = b.row_pos[r], s = b.row_seq[r];
+    const float* w = pos_bias + static_cast<int64_t>(pos) * l;
+    auto key = [&](int j) { return *pages.token_row(s, j, 2 * d, c); };
+    auto value = [&](int j) { return *pages.token_row(s, j, 2 * d, d + c); };
+    float m = -INFINITY;
+    for (int j = pos; j >= 0; --j) m = fmaxf(m, key(j) + w[j]);
+    float num = 0.0f, den = 0.0f;
+    for (int j = pos; j >= 0; --j) {
+      const float e = expf(key(j) + w[j] - m);
+      num += e * value(j);
+      den += e;
+    }
+    out[static_cast<int64_t>(r) * d + c] =
+        sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
   }
-  out[static_cast<int64_t>(r) * d + c] =
-      sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
-}
+};
 
 class CudaAft : public CudaPart {
  public:
@@ -128,17 +147,16 @@ class CudaAft : public CudaPart {
     const int rows = st.rows, d = d_;
     float *qkv = st.s.proj, *mixed = st.s.mixed;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
-    const int seq_blocks = ceil_div(int64_t{st.batch.n_seq} * d, 128);
+    const int64_t items = int64_t{st.batch.n_seq} * d;  // (sequence, channel)
     if (kind_ == MixerKind::kAftSimple) {
-      launch_kernel(aft_simple_kernel, seq_blocks, 128, 0, st.stream, st.batch, st.pages, qkv, d,
-                    mixed);
+      launch_core(st.stream, AftSimpleCore{st.batch, st.pages, qkv, d, mixed}, items, 128);
     } else if (kind_ == MixerKind::kAftLocal) {
-      launch_kernel(aft_local_kernel, seq_blocks, 128, 0, st.stream, st.batch, st.pages, qkv, d,
-                    window_, pos_bias_, mixed);
+      launch_core(st.stream, AftLocalCore{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed},
+                  items, 128);
     } else {
       launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
-      launch_kernel(aft_full_kernel, dim3(rows, ceil_div(d, 128)), 128, 0, st.stream, st.batch,
-                    st.pages, qkv, d, l_, pos_bias_, mixed);
+      launch_core(st.stream, AftFullCore{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed},
+                  int64_t{rows} * d, 128);
     }
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

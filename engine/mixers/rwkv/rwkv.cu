@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_core
 #include "kernels/rwkv_shift.cuh"
 
 namespace mixserve::cuda {
@@ -12,57 +13,66 @@ namespace mixserve::cuda {
 namespace {
 
 // out[i][r] = x_r·μ_i + x_{r−1}·(1 − μ_i), x_{−1} being the state's x_prev, which then takes the
-// sequence's last row.
-__global__ void token_shift_kernel(DevBatch b, DevPages pages, const float* x, int d,
-                                   int64_t offset, ShiftMixes mixes) {
-  kernel_prologue();
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
-  const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
-  if (pages.padding_row(s)) return;  // a padding row writes no state
-  float* x_prev = pages.at(s, offset + c);
-  float prev = *x_prev;
-  for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-    const float cur = x[static_cast<int64_t>(r) * d + c];
-    for (int i = 0; i < mixes.n; ++i) {
-      const float mu = mixes.mu[i][c];
-      mixes.out[i][static_cast<int64_t>(r) * d + c] = cur * mu + prev * (1 - mu);
-    }
-    prev = cur;
-  }
-  *x_prev = prev;
-}
+// sequence's last row. One (sequence, channel) per item; functors, so that each core runs as a
+// kernel of its own or at the start of a GEMM chain (launch_core).
+struct TokenShiftCore {
+  DevBatch b;
+  DevPages pages;
+  const float* x;
+  int d;
+  int64_t offset;
+  ShiftMixes mixes;
 
-__global__ void wkv_kernel(DevBatch b, DevPages pages, const float* k, const float* v,
-                           const float* rr, const float* first, const float* decay, int d,
-                           float* out) {
-  kernel_prologue();
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= static_cast<int64_t>(b.n_seq) * d) return;
-  const int s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
-  if (pages.padding_row(s)) return;  // a padding row writes no state
-  float *paa = pages.at(s, d + c), *pbb = pages.at(s, 2 * d + c), *ppp = pages.at(s, 3 * d + c);
-  float aa = *paa, bb = *pbb, pp = *ppp;
-  const float u = first[c], w = decay[c];
-  for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-    const int64_t i = static_cast<int64_t>(r) * d + c;
-    const float kr = k[i], vr = v[i];
-    const float ww = u + kr;
-    const float p1 = fmaxf(pp, ww);
-    const float e1 = expf(pp - p1), e2 = expf(ww - p1);
-    const float wkv = (e1 * aa + e2 * vr) / (e1 * bb + e2);
-    const float decayed = pp + w;
-    const float p2 = fmaxf(decayed, kr);
-    const float f1 = expf(decayed - p2), f2 = expf(kr - p2);
-    aa = f1 * aa + f2 * vr;
-    bb = f1 * bb + f2;
-    pp = p2;
-    out[i] = wkv / (1.0f + expf(-rr[i]));
+  __device__ void operator()(int64_t idx) const {
+    int s, c;
+    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    float* x_prev = pages.at(s, offset + c);
+    float prev = *x_prev;
+    for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+      const float cur = x[static_cast<int64_t>(r) * d + c];
+      for (int i = 0; i < mixes.n; ++i) {
+        const float mu = mixes.mu[i][c];
+        mixes.out[i][static_cast<int64_t>(r) * d + c] = cur * mu + prev * (1 - mu);
+      }
+      prev = cur;
+    }
+    *x_prev = prev;
   }
-  *paa = aa;
-  *pbb = bb;
-  *ppp = pp;
-}
+};
+
+struct WkvCore {
+  DevBatch b;
+  DevPages pages;
+  const float *k, *v, *rr, *first, *decay;
+  int d;
+  float* out;
+
+  __device__ void operator()(int64_t idx) const {
+    int s, c;
+    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    float *paa = pages.at(s, d + c), *pbb = pages.at(s, 2 * d + c), *ppp = pages.at(s, 3 * d + c);
+    float aa = *paa, bb = *pbb, pp = *ppp;
+    const float u = first[c], w = decay[c];
+    for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
+      const int64_t i = static_cast<int64_t>(r) * d + c;
+      const float kr = k[i], vr = v[i];
+      const float ww = u + kr;
+      const float p1 = fmaxf(pp, ww);
+      const float e1 = expf(pp - p1), e2 = expf(ww - p1);
+      const float wkv = (e1 * aa + e2 * vr) / (e1 * bb + e2);
+      const float decayed = pp + w;
+      const float p2 = fmaxf(decayed, kr);
+      const float f1 = expf(decayed - p2), f2 = expf(kr - p2);
+      aa = f1 * aa + f2 * vr;
+      bb = f1 * bb + f2;
+      pp = p2;
+      out[i] = wkv / (1.0f + expf(-rr[i]));
+    }
+    *paa = aa;
+    *pbb = bb;
+    *ppp = pp;
+  }
+};
 
 class CudaRwkv : public CudaPart {
  public:
@@ -94,8 +104,8 @@ class CudaRwkv : public CudaPart {
     gemm(st.stream, rows_of(xk, d), key_, rows, to(k, d));
     gemm(st.stream, rows_of(xv, d), value_, rows, to(v, d));
     gemm(st.stream, rows_of(xr, d), receptance_, rows, to(r, d));
-    launch_kernel(wkv_kernel, ceil_div(int64_t{st.batch.n_seq} * d, 128), 128, 0, st.stream,
-                  st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed);
+    launch_core(st.stream, WkvCore{st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed},
+                int64_t{st.batch.n_seq} * d, 128);
     gemm(st.stream, rows_of(st.s.mixed, d), output_, rows, to(st.x, d, Epi::kAdd));
   }
 
@@ -109,8 +119,8 @@ class CudaRwkv : public CudaPart {
 
 void token_shift(const PartStep& st, const float* xn, int64_t state_offset,
                  const ShiftMixes& mixes) {
-  launch_kernel(token_shift_kernel, ceil_div(int64_t{st.batch.n_seq} * st.d, 128), 128, 0,
-                st.stream, st.batch, st.pages, xn, st.d, state_offset, mixes);
+  launch_core(st.stream, TokenShiftCore{st.batch, st.pages, xn, st.d, state_offset, mixes},
+              int64_t{st.batch.n_seq} * st.d, 128);
 }
 
 std::unique_ptr<CudaPart> make_cuda_rwkv(const ModelConfig& cfg, const LayerConfig& layer,

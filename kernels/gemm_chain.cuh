@@ -1,0 +1,197 @@
+// The GEMM chain's kernel (CudaBackendOptions::gemm_chains; gemm.cuh has the scope that keeps the
+// GEMMs, gemm_chain.cu the keeping), in a header because a mixer may begin a chain with its own
+// core (launch_core): the kernel is then instantiated in the mixer's file for that core.
+//
+// One kernel of one thread-block cluster runs, in order: the core, if any (one call per work item,
+// items spread over the cluster's threads), then each kept GEMM — a cluster barrier after the core
+// and between each GEMM and the next, where kernel boundaries were, so each step sees everything
+// the one before wrote. The GEMMs' schedule is kernels/gemm_chain_plan.h (checked on the CPU);
+// their bits are gemv.cu's (and so the tiled kernel's): each output one FMA chain over k = 0…K−1
+// from +0 through the same stages and sum_stage, finished by the same finish(). A core gives the
+// bits of its own kernel: the same functor, called once per item either way.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <atomic>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/gemm_chain_plan.h"
+#include "kernels/gemv_stage.cuh"
+
+namespace mixserve::cuda {
+namespace gemm_chain {
+
+namespace cg = cooperative_groups;
+using namespace gemv_stage;
+
+static_assert(kChainTile == kOutputs && kChainChunk == kChunk && kChainRows == kRows,
+              "the plan's tiles and chunks are gemv.cu's stages");
+
+template <typename WT>
+struct ChainPhase {
+  GemmIn in;
+  const WT* w;
+  const float* bias;
+  const float* group_scales;   // int4
+  const float* output_scales;  // int8
+  int M;
+  GemmOut out;
+};
+
+// Passed by value (kernel parameters: captured with the launch in a CUDA graph).
+template <typename WT>
+struct ChainArgs {
+  ChainPlan plan;
+  ChainPhase<WT> phase[kChainMaxPhases];
+  bool early_weights;
+};
+
+// A chain without a core.
+struct NoCore {
+  __device__ void operator()(int64_t) const {}
+};
+
+// Block b's step s's weights into stage s (one commit group).
+template <typename WT>
+__device__ void copy_step_weights(const ChainArgs<WT>& c, int b, int s) {
+  const ChainStep st = c.plan.step(b, s);
+  copy_weight_chunk(c.phase[st.phase].w, c.plan.n[st.phase], c.plan.k[st.phase], st.tile * kOutputs,
+                    st.chunk, s);
+}
+
+// The cluster is the whole grid (plan.cluster blocks), so a block's rank is its blockIdx.x.
+template <typename WT, typename Core>
+__global__ void __launch_bounds__(kThreads)
+    chain_kernel(const ChainArgs<WT> c, const Core core, const int64_t core_items) {
+  kernel_prologue([&] {
+    if (c.early_weights && c.plan.steps(blockIdx.x) > 0) copy_step_weights(c, blockIdx.x, 0);
+  });
+  cg::cluster_group cluster = cg::this_cluster();
+  const int b = blockIdx.x, steps = c.plan.steps(b);
+  const int lane = threadIdx.x % kOutputs, r = threadIdx.x / kOutputs;
+  __shared__ float stats[2 * kRows];
+  if (!c.early_weights && steps > 0) copy_step_weights(c, b, 0);
+  if constexpr (!std::is_same_v<Core, NoCore>) {
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * kThreads;
+    for (int64_t i = b * kThreads + threadIdx.x; i < core_items; i += threads) core(i);
+  }
+  int s = 0;  // this block's next step
+  float acc = 0.0f;
+  for (int p = 0; p < c.plan.phases; ++p) {
+    // The core's or the previous GEMM's outputs written and its inputs read.
+    if (p > 0 || !std::is_same_v<Core, NoCore>) cluster.sync();
+    const int M = c.phase[p].M, N = c.plan.n[p], K = c.plan.k[p];
+    const int end = s + c.plan.steps(p, b);
+    if (s == end) continue;  // no tile here: on to the next barrier
+    PlainLoader a{c.phase[p].in, K, nullptr, nullptr};
+    a.bind(stats, kRows);
+    a.prepare(0, kRows, M);
+    auto copy_rows = [&](int step) {
+      copy_row_chunk<WT>([&](int i, int k) { return a.load(i, i, k); }, M, K,
+                         c.plan.step(b, step).chunk, step);
+    };
+    copy_rows(s);  // its weights are in flight since the previous step (or the start)
+    for (; s < end; ++s) {
+      if (s + 1 < steps) {
+        // Its stage was last read by step s − 1, released by the barrier below; the next
+        // phase's rows wait for the cluster barrier, its weights need not.
+        copy_step_weights(c, b, s + 1);
+        if (s + 1 < end) copy_rows(s + 1);
+        __pipeline_wait_prior(1);  // this step's weights have landed; the next may be in flight
+      } else {
+        __pipeline_wait_prior(0);
+      }
+      __syncthreads();  // every thread's copies and row stores of this step are visible
+      const ChainStep st = c.plan.step(b, s);
+      const int n = st.tile * kOutputs + lane;
+      if (r < M && n < N) {
+        const float* g = c.phase[p].group_scales;
+        acc = sum_stage<WT>(s, lane, r, K, st.chunk, g ? g + n * (K / kInt4Group) : nullptr, acc);
+        if (c.plan.last_chunk(st)) {
+          finish(c.phase[p].out, c.phase[p].bias, r, n,
+                 scale_output(acc, c.phase[p].output_scales, n));
+          acc = 0.0f;
+        }
+      }
+      __syncthreads();  // this step's stage is free for step s + 2
+    }
+  }
+}
+
+// One kept GEMM, as gemm() got it.
+struct KeptGemm {
+  GemmIn in;
+  DevMatrix w;
+  int M;
+  GemmOut out;
+};
+
+// Counts every chain launched (gemm_chains_launched()).
+void count_chain_launch();
+
+template <typename WT, typename Core>
+void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<KeptGemm>& kept,
+                  const Core& core, int64_t core_items) {
+  ChainArgs<WT> c{};
+  c.plan = plan;
+  c.early_weights = !kept.empty() && kept[0].w.pipelined;
+  for (size_t p = 0; p < kept.size(); ++p) {
+    const DevMatrix& w = kept[p].w;
+    c.phase[p] = {kept[p].in,       static_cast<const WT*>(w.w), w.bias,
+                  w.group_scales(), w.output_scales(),           kept[p].M,
+                  kept[p].out};
+  }
+  if (plan.cluster > kChainCluster) {  // above the portable size: allowed once per kernel
+    static const bool allowed = [] {
+      CUDA_CHECK(cudaFuncSetAttribute(chain_kernel<WT, Core>,
+                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      return true;
+    }();
+    (void)allowed;
+  }
+  launch_kernel_in_clusters(plan.cluster, chain_kernel<WT, Core>, plan.cluster, kThreads, 0, stream,
+                            c, core, core_items);
+  count_chain_launch();
+}
+
+// A mixer's core on its own: one thread per item.
+template <typename Core>
+__global__ void core_kernel(const Core core, const int64_t items) {
+  kernel_prologue();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < items) core(i);
+}
+
+// The chain's launch when it begins with a core: the kernel for its GEMMs' weight type.
+using ChainLauncher =
+    std::function<void(cudaStream_t, const ChainPlan&, const std::vector<KeptGemm>&)>;
+// True when an open GemmChainScope takes the core as the start of a new chain (the run kept so
+// far launched first); `alone` launches it by itself if no GEMM joins it.
+bool chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
+                ChainLauncher chained);
+
+}  // namespace gemm_chain
+
+// core(i) for i = 0 … items − 1, each independent of the others (a mixer's element-wise core:
+// one call per sequence and channel): on its own as one thread per item (blocks of `threads`), or
+// with the option on (≤ 8 rows) as the start of a GEMM chain, so that the projections after it
+// run in the same kernel. `Core` is a copyable functor with __device__ operator()(int64_t).
+template <typename Core>
+void launch_core(cudaStream_t stream, const Core& core, int64_t items, int threads) {
+  auto alone = [core, items, threads](cudaStream_t s) {
+    launch_kernel(gemm_chain::core_kernel<Core>, ceil_div(items, threads), threads, 0, s, core,
+                  items);
+  };
+  auto chained = [core, items](cudaStream_t s, const ChainPlan& plan,
+                               const std::vector<gemm_chain::KeptGemm>& kept) {
+    gemm_parts::with_weight_type(kept.at(0).w.type, [&](auto weight) {
+      gemm_chain::launch_chain<decltype(weight), Core>(s, plan, kept, core, items);
+    });
+  };
+  if (!gemm_chain::chain_core(stream, alone, chained)) alone(stream);
+}
+
+}  // namespace mixserve::cuda
