@@ -150,12 +150,16 @@ struct DevPages {
 };
 
 // Work item idx of an element-wise core over (sequence, channel) pairs as its sequence s and
-// channel c; false for an item past the batch or a padding row's (which writes no state).
-__device__ __forceinline__ bool seq_channel(const DevBatch& b, const DevPages& pages, int d,
-                                            int64_t idx, int& s, int& c) {
-  if (idx >= static_cast<int64_t>(b.n_seq) * d) return false;
-  s = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
-  return !pages.padding_row(s);
+// channel c; `valid` false for an item past the batch or a padding row's (which writes no state).
+struct SeqChannel {
+  int s, c;
+  bool valid;
+};
+__device__ __forceinline__ SeqChannel seq_channel(const DevBatch& b, const DevPages& pages, int d,
+                                                  int64_t idx) {
+  if (idx >= static_cast<int64_t>(b.n_seq) * d) return {0, 0, false};
+  const int s = static_cast<int>(idx / d);
+  return {s, static_cast<int>(idx % d), !pages.padding_row(s)};
 }
 
 __device__ __forceinline__ float sigmoidf_(float x) {

@@ -81,13 +81,13 @@ void GemmChain::flush() {
   GemmChain* const was = active_chain;
   active_chain = nullptr;
   try {
-    if (alone && kept.empty()) {
-      alone(stream_);  // a core alone: one thread per item over as many blocks as it needs
-    } else if (alone) {
-      chained(stream_, plan, kept);
-    } else if (kept.size() == 1) {  // one GEMM: gemv.cu's many blocks beat one cluster
+    // A core with the GEMMs after it in one kernel where it can; else alone (one thread per item
+    // over as many blocks as it needs), then the GEMMs.
+    const bool done = alone && !kept.empty() && chained(stream_, plan, kept);
+    if (alone && !done) alone(stream_);
+    if (!done && kept.size() == 1) {  // one GEMM: gemv.cu's many blocks beat one cluster
       gemm(stream_, kept[0].in, kept[0].w, kept[0].M, kept[0].out);
-    } else {
+    } else if (!done && kept.size() > 1) {
       gemm_parts::with_weight_type(kept[0].w.type, [&](auto weight) {
         gemm_chain::launch_chain<decltype(weight)>(stream_, plan, kept, gemm_chain::NoCore{}, 0);
       });

@@ -62,9 +62,11 @@ __device__ void copy_step_weights(const ChainArgs<WT>& c, int b, int s) {
                     st.chunk, s);
 }
 
-// The cluster is the whole grid (plan.cluster blocks), so a block's rank is its blockIdx.x.
+// The cluster is the whole grid (plan.cluster blocks), so a block's rank is its blockIdx.x, and
+// each block has a multiprocessor to itself: the bounds say so (one block a multiprocessor), or
+// ptxas keeps to 64 registers and spills where a core adds its own (AFT-local's).
 template <typename WT, typename Core>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     chain_kernel(const ChainArgs<WT> c, const Core core, const int64_t core_items) {
   kernel_prologue([&] {
     if (c.early_weights && c.plan.steps(blockIdx.x) > 0) copy_step_weights(c, blockIdx.x, 0);
@@ -165,9 +167,10 @@ __global__ void core_kernel(const Core core, const int64_t items) {
   if (i < items) core(i);
 }
 
-// The chain's launch when it begins with a core: the kernel for its GEMMs' weight type.
+// The chain's launch when it begins with a core: the kernel for its GEMMs' weight type; false
+// for a type it has none for (then the core runs alone and the GEMMs as a chain of their own).
 using ChainLauncher =
-    std::function<void(cudaStream_t, const ChainPlan&, const std::vector<KeptGemm>&)>;
+    std::function<bool(cudaStream_t, const ChainPlan&, const std::vector<KeptGemm>&)>;
 // True when an open GemmChainScope takes the core as the start of a new chain (the run kept so
 // far launched first); `alone` launches it by itself if no GEMM joins it.
 bool chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
@@ -185,11 +188,18 @@ void launch_core(cudaStream_t stream, const Core& core, int64_t items, int threa
     launch_kernel(gemm_chain::core_kernel<Core>, ceil_div(items, threads), threads, 0, s, core,
                   items);
   };
+  // float32, float16 and bfloat16 weights only: every core's kernel for five weight types would
+  // add a minute to a build on two cores; int8 and int4 models chain their GEMMs without it.
   auto chained = [core, items](cudaStream_t s, const ChainPlan& plan,
                                const std::vector<gemm_chain::KeptGemm>& kept) {
-    gemm_parts::with_weight_type(kept.at(0).w.type, [&](auto weight) {
-      gemm_chain::launch_chain<decltype(weight), Core>(s, plan, kept, core, items);
-    });
+    using gemm_chain::launch_chain;
+    const CudaWeightType type = kept.at(0).w.type;
+    if (type == CudaWeightType::kF32) launch_chain<float, Core>(s, plan, kept, core, items);
+    if (type == CudaWeightType::kF16) launch_chain<__half, Core>(s, plan, kept, core, items);
+    if (type == CudaWeightType::kBF16)
+      launch_chain<__nv_bfloat16, Core>(s, plan, kept, core, items);
+    return type == CudaWeightType::kF32 || type == CudaWeightType::kF16 ||
+           type == CudaWeightType::kBF16;
   };
   if (!gemm_chain::chain_core(stream, alone, chained)) alone(stream);
 }

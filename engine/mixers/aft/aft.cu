@@ -29,8 +29,9 @@ struct AftSimpleCore {
   float* out;
 
   __device__ void operator()(int64_t idx) const {
-    int s, c;
-    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    const SeqChannel at = seq_channel(b, pages, d, idx);
+    if (!at.valid) return;
+    const int s = at.s, c = at.c;
     float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
     float mx = *pm, num = *pn, den = *pd;
     for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
@@ -56,8 +57,9 @@ struct AftLocalCore {
   float* out;
 
   __device__ void operator()(int64_t idx) const {
-    int s, c;
-    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    const SeqChannel at = seq_channel(b, pages, d, idx);
+    if (!at.valid) return;
+    const int s = at.s, c = at.c;
     auto ring_k = [&](int pos) {
       return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
     };

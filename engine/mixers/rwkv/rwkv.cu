@@ -24,8 +24,9 @@ struct TokenShiftCore {
   ShiftMixes mixes;
 
   __device__ void operator()(int64_t idx) const {
-    int s, c;
-    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    const SeqChannel at = seq_channel(b, pages, d, idx);
+    if (!at.valid) return;
+    const int s = at.s, c = at.c;
     float* x_prev = pages.at(s, offset + c);
     float prev = *x_prev;
     for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
@@ -48,8 +49,9 @@ struct WkvCore {
   float* out;
 
   __device__ void operator()(int64_t idx) const {
-    int s, c;
-    if (!seq_channel(b, pages, d, idx, s, c)) return;
+    const SeqChannel at = seq_channel(b, pages, d, idx);
+    if (!at.valid) return;
+    const int s = at.s, c = at.c;
     float *paa = pages.at(s, d + c), *pbb = pages.at(s, 2 * d + c), *ppp = pages.at(s, 3 * d + c);
     float aa = *paa, bb = *pbb, pp = *ppp;
     const float u = first[c], w = decay[c];
