@@ -186,7 +186,8 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"dependent_launch", backend.dependent_launch()},
         {"block_tables", backend.block_tables()},
         {"split_attention", backend.split_attention()},
-        {"pipelined_gemm", backend.pipelined_gemm()}}}};
+        {"pipelined_gemm", backend.pipelined_gemm()},
+        {"gemm_chains", backend.gemm_chains()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
     r["sample_device_tok_s"] = batch / median(times[2]);

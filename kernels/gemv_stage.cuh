@@ -1,5 +1,5 @@
-// The shared-memory stages of the small-batch GEMM (gemv.cu) and the fused FFN (ffn_fused.cu): a
-// block takes 32 outputs for all M ≤ 8 rows and fetches K in chunks of 128 into one of two stages
+// The shared-memory stages of the small-batch GEMM (gemv.cu) and the GEMM chains (gemm_chain.cuh):
+// a block takes 32 outputs for all M ≤ 8 rows and fetches K in chunks of 128 into one of two stages
 // (the weights with cp.async, the rows with plain loads), the next chunk in flight while the
 // current one is summed. Each output is acc = fma(x[k], W[n, k], acc) for k = 0…K−1 from +0: the
 // tiled kernel's bits (gemm.cu).
