@@ -80,12 +80,12 @@ struct CudaBackendOptions {
   bool pipelined_gemm = false;
   // Forward passes of ≤ 8 rows (batch-1 decode) launch each run of consecutive small projections —
   // a mixer's output projection, the FFN's two, the next layer's input projection — together with
-  // the element-wise mixer core before it (AFT's, RWKV's) as one kernel of one thread-block
-  // cluster (kernels/gemm_chain.cu), a cluster barrier where each kernel boundary was: the same
-  // bits; a layer of aft_simple becomes one kernel. Projections of more than 4 tiles of 32 outputs per block or K above
-  // 1,024 are launched on their own as before. MIXSERVE_CUDA_GEMM_CHAINS=1|0 overrides;
-  // MIXSERVE_CUDA_CHAIN_CLUSTER=8|16 sets the cluster's blocks (8: the portable size). Off by
-  // default until it has passed on a GPU.
+  // the element-wise mixer core before it (AFT's, RWKV's, the Extractors') as one kernel of one
+  // thread-block cluster (kernels/gemm_chain.cu), a cluster barrier where each kernel boundary
+  // was: the same bits; a layer of aft_simple becomes one kernel. Projections of more than 4 tiles
+  // of 32 outputs per block or K above 1,024 are launched on their own as before.
+  // MIXSERVE_CUDA_GEMM_CHAINS=1|0 overrides; MIXSERVE_CUDA_CHAIN_CLUSTER=8|16 sets the cluster's
+  // blocks (8: the portable size). Off by default until it has passed on a GPU.
   bool gemm_chains = false;
   int device = 0;
 };

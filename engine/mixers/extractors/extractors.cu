@@ -4,42 +4,59 @@
 // (gemm_lags); HE/WE/ME use one thread per (row, channel). The ring is written after every row
 // of the step has read it.
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_core
 
 namespace mixserve::cuda {
 
 namespace {
 
-// HE/WE: ext[c] = Σ_λ s[c]·e_λ[c];  ME (scalar e_λ): x[c] += Σ_λ s[c]·e_λ (no adjustment).
-__global__ void fir_kernel(DevBatch b, DevPages pages, const float* src, int d, int window,
-                           const float* ext, bool scalar, float* out, bool add) {
-  kernel_prologue();
-  const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= d) return;
-  const int pos = b.row_pos[r], s = b.row_seq[r], first = b.row_start[s];
-  float acc = 0.0f;
-  for (int lag = 0; lag < window && lag <= pos; ++lag) {
-    const float v = r - lag >= first
-                        ? src[static_cast<int64_t>(r - lag) * d + c]
-                        : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
-    acc += v * (scalar ? ext[lag] : ext[static_cast<int64_t>(lag) * d + c]);
-  }
-  float* o = out + static_cast<int64_t>(r) * d + c;
-  if (add)
-    *o += acc;
-  else
-    *o = acc;
-}
+// HE/WE: ext[c] = Σ_λ s[c]·e_λ[c];  ME (scalar e_λ): x[c] += Σ_λ s[c]·e_λ (no adjustment). One
+// (row, channel) per item; functors, so that each core runs as a kernel of its own or at the start
+// of a GEMM chain (launch_core).
+struct FirCore {
+  DevBatch b;
+  DevPages pages;
+  const float* src;
+  int d, window;
+  const float* ext;
+  bool scalar;
+  float* out;
+  bool add;
 
-// Each sequence's newest (up to W) inputs into their ring slots (position mod W).
-__global__ void push_ring_kernel(DevBatch b, DevPages pages, const float* src, int d, int window) {
-  kernel_prologue();
-  const int r = blockIdx.x, s = b.row_seq[r];
-  if (pages.padding_row(s)) return;             // a padding row writes no state
-  if (r < b.row_start[s + 1] - window) return;  // overwritten later in this same step
-  const int pos = b.row_pos[r];
-  for (int c = threadIdx.x; c < d; c += blockDim.x)
+  __device__ void operator()(int64_t idx) const {
+    const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
+    const int pos = b.row_pos[r], s = b.row_seq[r], first = b.row_start[s];
+    float acc = 0.0f;
+    for (int lag = 0; lag < window && lag <= pos; ++lag) {
+      const float v = r - lag >= first
+                          ? src[static_cast<int64_t>(r - lag) * d + c]
+                          : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
+      acc += v * (scalar ? ext[lag] : ext[static_cast<int64_t>(lag) * d + c]);
+    }
+    float* o = out + static_cast<int64_t>(r) * d + c;
+    if (add)
+      *o += acc;
+    else
+      *o = acc;
+  }
+};
+
+// Each sequence's newest (up to W) inputs into their ring slots (position mod W), one (row,
+// channel) per item.
+struct PushRingCore {
+  DevBatch b;
+  DevPages pages;
+  const float* src;
+  int d, window;
+
+  __device__ void operator()(int64_t idx) const {
+    const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d), s = b.row_seq[r];
+    if (pages.padding_row(s)) return;             // a padding row writes no state
+    if (r < b.row_start[s + 1] - window) return;  // overwritten later in this same step
+    const int pos = b.row_pos[r];
     *pages.at(s, static_cast<int64_t>(pos % window) * d + c) = src[static_cast<int64_t>(r) * d + c];
-}
+  }
+};
 
 class CudaExtractor : public CudaPart {
  public:
@@ -80,16 +97,18 @@ class CudaExtractor : public CudaPart {
       src = st.s.proj;
     }
     float* ext = st.s.mixed;
-    const dim3 grid(rows, ceil_div(d, 128));
+    const int64_t items = int64_t{rows} * d;  // (row, channel)
     if (kind_ == MixerKind::kShe) {
       gemm_lags(st.stream, LagIn{st.batch, st.pages, src, d, window_}, ext_matrix_, rows,
                 to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
-      launch_kernel(fir_kernel, grid, 128, 0, st.stream, st.batch, st.pages, src, d, window_, ext_,
-                    me, me ? st.x : ext, me);
+      launch_core(st.stream,
+                  FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
+                  items, 128);
     }
-    launch_kernel(push_ring_kernel, rows, 128, 0, st.stream, st.batch, st.pages, src, d, window_);
+    // After every row has read the ring (a barrier or a kernel boundary between the two).
+    launch_core(st.stream, PushRingCore{st.batch, st.pages, src, d, window_}, items, 128);
     if (kind_ == MixerKind::kMe) return;
     if (out_.empty()) {
       gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));
