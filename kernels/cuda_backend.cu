@@ -293,7 +293,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
   m.gemm_chains = env_switch("MIXSERVE_CUDA_GEMM_CHAINS", opts.gemm_chains);
   if (const char* c = std::getenv("MIXSERVE_CUDA_CHAIN_CLUSTER")) m.chain_cluster = std::atoi(c);
-  allow_gemm_chain_cluster(m.chain_cluster);  // 8 or 16 (else throws)
+  check_gemm_chain_cluster(m.chain_cluster);
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
   m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;

@@ -65,8 +65,9 @@ class GemmChainScope {
   std::unique_ptr<GemmChain> chain_;
   GemmChain* previous_;
 };
-// Checks a chain's cluster size: 8 or 16 (each chain kernel is allowed 16 at its first launch).
-void allow_gemm_chain_cluster(int cluster);
+// Throws std::invalid_argument unless a chain's cluster size is 8 or 16 (each chain kernel is
+// allowed 16 blocks at its first launch with them).
+void check_gemm_chain_cluster(int cluster);
 // Chains launched as one kernel so far in this process (tests: a chain did run).
 int64_t gemm_chains_launched();
 // gemm()'s first step: true when the open scope kept the GEMM.

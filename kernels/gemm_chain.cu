@@ -104,24 +104,26 @@ bool chain_gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M
   return active_chain && active_chain->take(stream, in, w, M, out);
 }
 
-bool gemm_chain::chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
+bool gemm_chain::chain_open() {
+  return active_chain != nullptr;
+}
+
+void gemm_chain::chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
                             ChainLauncher chained) {
-  if (!active_chain) return false;
   active_chain->take_core(stream, std::move(alone), std::move(chained));
-  return true;
 }
 
 int64_t gemm_chains_launched() {
   return chains_launched.load(std::memory_order_relaxed);
 }
 
-void allow_gemm_chain_cluster(int cluster) {
+void check_gemm_chain_cluster(int cluster) {
   if (cluster != kChainCluster && cluster != kChainMaxCluster)
     throw std::invalid_argument("a GEMM chain's cluster is 8 or 16 blocks");
 }
 
 GemmChainScope::GemmChainScope(bool on, int cluster) : previous_(active_chain) {
-  allow_gemm_chain_cluster(cluster);
+  check_gemm_chain_cluster(cluster);
   if (!on) return;
   chain_ = std::make_unique<GemmChain>(cluster);
   active_chain = chain_.get();

@@ -171,23 +171,28 @@ __global__ void core_kernel(const Core core, const int64_t items) {
 // for a type it has none for (then the core runs alone and the GEMMs as a chain of their own).
 using ChainLauncher =
     std::function<bool(cudaStream_t, const ChainPlan&, const std::vector<KeptGemm>&)>;
-// True when an open GemmChainScope takes the core as the start of a new chain (the run kept so
-// far launched first); `alone` launches it by itself if no GEMM joins it.
-bool chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
+// Whether a GemmChainScope with the option on is open on this thread.
+bool chain_open();
+// Makes the core the start of a new chain in the open scope (the run kept so far launched first);
+// `alone` launches it by itself if no GEMM joins it.
+void chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
                 ChainLauncher chained);
+
+constexpr int kCoreThreads = 128;  // a core's block on its own
 
 }  // namespace gemm_chain
 
 // core(i) for i = 0 … items − 1, each independent of the others (a mixer's element-wise core:
-// one call per sequence and channel): on its own as one thread per item (blocks of `threads`), or
-// with the option on (≤ 8 rows) as the start of a GEMM chain, so that the projections after it
-// run in the same kernel. `Core` is a copyable functor with __device__ operator()(int64_t).
+// one call per sequence and channel): on its own as one thread per item, or with the option on
+// (≤ 8 rows) as the start of a GEMM chain, so that the projections after it run in the same
+// kernel. `Core` is a copyable functor with __device__ operator()(int64_t).
 template <typename Core>
-void launch_core(cudaStream_t stream, const Core& core, int64_t items, int threads) {
-  auto alone = [core, items, threads](cudaStream_t s) {
-    launch_kernel(gemm_chain::core_kernel<Core>, ceil_div(items, threads), threads, 0, s, core,
-                  items);
+void launch_core(cudaStream_t stream, const Core& core, int64_t items) {
+  auto alone = [core, items](cudaStream_t s) {
+    launch_kernel(gemm_chain::core_kernel<Core>, ceil_div(items, gemm_chain::kCoreThreads),
+                  gemm_chain::kCoreThreads, 0, s, core, items);
   };
+  if (!gemm_chain::chain_open()) return alone(stream);
   // float32, float16 and bfloat16 weights only: every core's kernel for five weight types would
   // add a minute to a build on two cores; int8 and int4 models chain their GEMMs without it.
   auto chained = [core, items](cudaStream_t s, const ChainPlan& plan,
@@ -201,7 +206,7 @@ void launch_core(cudaStream_t stream, const Core& core, int64_t items, int threa
     return type == CudaWeightType::kF32 || type == CudaWeightType::kF16 ||
            type == CudaWeightType::kBF16;
   };
-  if (!gemm_chain::chain_core(stream, alone, chained)) alone(stream);
+  gemm_chain::chain_core(stream, alone, chained);
 }
 
 }  // namespace mixserve::cuda

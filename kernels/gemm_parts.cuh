@@ -121,14 +121,12 @@ __device__ __forceinline__ float activate(float v, Act act) {
   }
 }
 
-// Bias, activation (finish_value) and epilogue of one output: the same code for every tile shape
-// and the fused FFN, with explicit rounding (no contraction into FMAs that could differ between instantiations).
-__device__ __forceinline__ float finish_value(const float* bias, int n, Act act, float acc) {
-  return activate(__fadd_rn(acc, bias ? bias[n] : 0.0f), act);
-}
+// Bias, activation and epilogue of one output: the same code for every tile shape, with explicit
+// rounding (no contraction into FMAs that could differ between instantiations).
 __device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int r, int n,
                                        float acc) {
-  const float v = finish_value(bias, n, o.act, acc);
+  float v = __fadd_rn(acc, bias ? bias[n] : 0.0f);
+  v = activate(v, o.act);
   float* y = o.y + r * o.ldy + n;
   switch (o.epi) {
     case Epi::kStore:

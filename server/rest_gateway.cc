@@ -1,17 +1,13 @@
 #include "server/rest_gateway.h"
 
-#include <atomic>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
 #include "engine/tokenize.h"
 #include "server/logged_exchange.h"
 #include "server/metrics.h"
-#include "server/request_log.h"
 #include "server/rest_json.h"
 #include "server/rest_request.h"
 

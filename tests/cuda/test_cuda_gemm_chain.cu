@@ -190,10 +190,10 @@ TEST_P(GemmChains, ACoreStartsAChainWithTheSameBits) {
       const int64_t before = gemm_chains_launched();
       {
         GemmChainScope chains(on);
-        launch_core(nullptr, AffineCore{in.get(), y.get()}, int64_t{M} * d, 128);
+        launch_core(nullptr, AffineCore{in.get(), y.get()}, int64_t{M} * d);
         gemm(nullptr, rows_of(y.get(), d), fc1, M, to(hidden.get(), c, Epi::kStore, Act::kRelu));
         gemm(nullptr, rows_of(hidden.get(), c), fc2, M, to(x.get(), d, Epi::kAdd));
-        launch_core(nullptr, AffineCore{x.get(), in.get()}, int64_t{M} * d, 128);  // alone
+        launch_core(nullptr, AffineCore{x.get(), in.get()}, int64_t{M} * d);  // alone
         layer_norm(nullptr, in.get(), M, d, norm, y.get());  // a kernel: ends the run
         chains.flush();
       }

@@ -151,14 +151,14 @@ class CudaAft : public CudaPart {
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     const int64_t items = int64_t{st.batch.n_seq} * d;  // (sequence, channel)
     if (kind_ == MixerKind::kAftSimple) {
-      launch_core(st.stream, AftSimpleCore{st.batch, st.pages, qkv, d, mixed}, items, 128);
+      launch_core(st.stream, AftSimpleCore{st.batch, st.pages, qkv, d, mixed}, items);
     } else if (kind_ == MixerKind::kAftLocal) {
       launch_core(st.stream, AftLocalCore{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed},
-                  items, 128);
+                  items);
     } else {
       launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
       launch_core(st.stream, AftFullCore{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed},
-                  int64_t{rows} * d, 128);
+                  int64_t{rows} * d);
     }
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

@@ -105,10 +105,10 @@ class CudaExtractor : public CudaPart {
       const bool me = kind_ == MixerKind::kMe;
       launch_core(st.stream,
                   FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
-                  items, 128);
+                  items);
     }
     // After every row has read the ring (a barrier or a kernel boundary between the two).
-    launch_core(st.stream, PushRingCore{st.batch, st.pages, src, d, window_}, items, 128);
+    launch_core(st.stream, PushRingCore{st.batch, st.pages, src, d, window_}, items);
     if (kind_ == MixerKind::kMe) return;
     if (out_.empty()) {
       gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));

@@ -107,7 +107,7 @@ class CudaRwkv : public CudaPart {
     gemm(st.stream, rows_of(xv, d), value_, rows, to(v, d));
     gemm(st.stream, rows_of(xr, d), receptance_, rows, to(r, d));
     launch_core(st.stream, WkvCore{st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed},
-                int64_t{st.batch.n_seq} * d, 128);
+                int64_t{st.batch.n_seq} * d);
     gemm(st.stream, rows_of(st.s.mixed, d), output_, rows, to(st.x, d, Epi::kAdd));
   }
 
@@ -122,7 +122,7 @@ class CudaRwkv : public CudaPart {
 void token_shift(const PartStep& st, const float* xn, int64_t state_offset,
                  const ShiftMixes& mixes) {
   launch_core(st.stream, TokenShiftCore{st.batch, st.pages, xn, st.d, state_offset, mixes},
-              int64_t{st.batch.n_seq} * st.d, 128);
+              int64_t{st.batch.n_seq} * st.d);
 }
 
 std::unique_ptr<CudaPart> make_cuda_rwkv(const ModelConfig& cfg, const LayerConfig& layer,
