@@ -44,6 +44,15 @@ __device__ __forceinline__ void kernel_prologue(F&& before_wait) {
   before_wait();
   kernel_prologue();
 }
+// The same for loads into registers: before_wait(held) may fill `held`, which the kernel keeps
+// (`auto held = kernel_prologue_into<Held>(...)`; gemm_chain_ordered.cuh: a thread's weights).
+template <typename Held, typename F>
+__device__ __forceinline__ Held kernel_prologue_into(F&& before_wait) {
+  Held held;
+  before_wait(held);
+  kernel_prologue();
+  return held;
+}
 
 // Whether launch_kernel asks for dependent launch: process-wide, set by the CUDA backend at the
 // start of each forward pass from its options and the pass's rows (cuda_backend.cu).

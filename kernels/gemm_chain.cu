@@ -1,9 +1,10 @@
 // Keeping runs of small-batch GEMMs for one kernel each (CudaBackendOptions::gemm_chains; #24
 // item 3): while a GemmChainScope is open on the thread, gemm() keeps the projections gemv.cu
-// would run (and ChainPlan::takes) instead of launching them, and a mixer's element-wise core
-// (launch_core) starts a new run; the next other kernel launch, a GEMM that does not fit, or
-// flush() launches the run kept so far as one kernel (gemm_chain.cuh). The schedule is
-// kernels/gemm_chain_plan.h, checked on the CPU; why it pays is written there.
+// would run (or gemv_ordered.cu, in the K-chunked order; and ChainPlan::takes) instead of launching
+// them, and a mixer's element-wise core (launch_core) starts a new run; the next other kernel
+// launch, a GEMM that does not fit, or flush() launches the run kept so far as one kernel
+// (gemm_chain.cuh). The schedule is kernels/gemm_chain_plan.h, checked on the CPU; why it pays is
+// written there.
 #include "kernels/gemm_chain.cuh"
 
 namespace mixserve::cuda {
@@ -16,12 +17,19 @@ class GemmChain {
 
   // Keeps the GEMM (true), or leaves it to gemm() (false; the launch that follows flushes).
   bool take(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
-    if (!gemv_applies(w, M)) return false;
+    // gemv_ordered.cu's GEMMs (the K-chunked order) chain in that order's kernel, gemv.cu's in the
+    // other; a run is all of one order.
+    const bool ordered = gemv_ordered_applies(w, M);
+    if (ordered && !gemm_chain::chains_in_order(w.type)) return false;
+    if (!ordered && !gemv_applies(w, M)) return false;
     const bool other_kind =
-        !kept_.empty() && (w.type != kept_[0].w.type || w.pipelined != kept_[0].w.pipelined);
+        !kept_.empty() && (w.type != kept_[0].w.type || w.pipelined != kept_[0].w.pipelined ||
+                           ordered != plan_.ordered);
+    if (kept_.empty()) plan_.ordered = ordered;  // a core alone so far runs in either
     if ((core_alone_ || !kept_.empty()) &&
         (stream != stream_ || other_kind || !plan_.takes(w.n, w.k)))
       flush();
+    plan_.ordered = ordered;  // nothing kept, or kept in this order
     if (!plan_.takes(w.n, w.k)) return false;
     stream_ = stream;
     plan_.add(w.n, w.k);

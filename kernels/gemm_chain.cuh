@@ -8,7 +8,9 @@
 // the one before wrote. The GEMMs' schedule is kernels/gemm_chain_plan.h (checked on the CPU);
 // their bits are gemv.cu's (and so the tiled kernel's): each output one FMA chain over k = 0…K−1
 // from +0 through the same stages and sum_stage, finished by the same finish(). A core gives the
-// bits of its own kernel: the same functor, called once per item either way.
+// bits of its own kernel: the same functor, called once per item either way. In the K-chunked
+// order (ordered_sums) the chain runs gemm_chain_ordered.cuh's kernel instead, with the same
+// arguments.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -18,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/gemm_chain_plan.h"
+#include "kernels/gemm_chain_ordered.cuh"
 #include "kernels/gemv_stage.cuh"
 
 namespace mixserve::cuda {
@@ -27,32 +29,9 @@ namespace gemm_chain {
 namespace cg = cooperative_groups;
 using namespace gemv_stage;
 
-static_assert(kChainTile == kOutputs && kChainChunk == kChunk && kChainRows == kRows,
+static_assert(kChainTile == kOutputs && kChainChunk == kChunk && kChainRows == kRows &&
+                  kChainThreads == kThreads,
               "the plan's tiles and chunks are gemv.cu's stages");
-
-template <typename WT>
-struct ChainPhase {
-  GemmIn in;
-  const WT* w;
-  const float* bias;
-  const float* group_scales;   // int4
-  const float* output_scales;  // int8
-  int M;
-  GemmOut out;
-};
-
-// Passed by value (kernel parameters: captured with the launch in a CUDA graph).
-template <typename WT>
-struct ChainArgs {
-  ChainPlan plan;
-  ChainPhase<WT> phase[kChainMaxPhases];
-  bool early_weights;
-};
-
-// A chain without a core.
-struct NoCore {
-  __device__ void operator()(int64_t) const {}
-};
 
 // Block b's step s's weights into stage s (one commit group).
 template <typename WT>
@@ -76,10 +55,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % kOutputs, r = threadIdx.x / kOutputs;
   __shared__ float stats[2 * kRows];
   if (!c.early_weights && steps > 0) copy_step_weights(c, b, 0);
-  if constexpr (!std::is_same_v<Core, NoCore>) {
-    const int64_t threads = static_cast<int64_t>(gridDim.x) * kThreads;
-    for (int64_t i = b * kThreads + threadIdx.x; i < core_items; i += threads) core(i);
-  }
+  run_core(core, core_items);
   int s = 0;  // this block's next step
   float acc = 0.0f;
   for (int p = 0; p < c.plan.phases; ++p) {
@@ -134,6 +110,20 @@ struct KeptGemm {
 // Counts every chain launched (gemm_chains_launched()).
 void count_chain_launch();
 
+// kKernel as one cluster of `cluster` blocks; above the portable size (16 blocks) allowed once per
+// kernel, at its first such launch.
+template <auto kKernel, typename... Args>
+void launch_one_cluster(int cluster, cudaStream_t stream, const Args&... args) {
+  if (cluster > kChainCluster) {
+    static const bool allowed = [] {
+      CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      return true;
+    }();
+    (void)allowed;
+  }
+  launch_kernel_in_clusters(cluster, kKernel, cluster, kThreads, 0, stream, args...);
+}
+
 template <typename WT, typename Core>
 void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<KeptGemm>& kept,
                   const Core& core, int64_t core_items) {
@@ -146,16 +136,13 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
                   w.group_scales(), w.output_scales(),           kept[p].M,
                   kept[p].out};
   }
-  if (plan.cluster > kChainCluster) {  // above the portable size: allowed once per kernel
-    static const bool allowed = [] {
-      CUDA_CHECK(cudaFuncSetAttribute(chain_kernel<WT, Core>,
-                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      return true;
-    }();
-    (void)allowed;
+  if (!plan.ordered) {
+    launch_one_cluster<chain_kernel<WT, Core>>(plan.cluster, stream, c, core, core_items);
+  } else if constexpr (kChainsInOrder<WT>) {
+    launch_one_cluster<ordered_chain_kernel<WT, Core>>(plan.cluster, stream, c, core, core_items);
+  } else {
+    throw std::logic_error("float32 GEMMs are not chained in the K-chunked order");
   }
-  launch_kernel_in_clusters(plan.cluster, chain_kernel<WT, Core>, plan.cluster, kThreads, 0, stream,
-                            c, core, core_items);
   count_chain_launch();
 }
 

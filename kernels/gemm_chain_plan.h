@@ -13,9 +13,18 @@
 // is a list of steps (phase, tile, chunk): phase by phase, a tile's chunks in order. Each output
 // is one FMA chain over k = 0…K−1 from +0, as gemv.cu and the tiled kernel sum it, so a chain
 // gives the separate kernels' bits exactly.
+//
+// In the K-chunked order (CudaBackendOptions::ordered_sums; kernels/sum_order.h) a chain runs
+// gemm_chain_ordered.cuh instead, laid out for it (`ordered`): each chunk of 64 terms of an output
+// is summed by a thread of its own, so a batch-1 projection waits for 64 dependent FMAs, not K.
+// Phase p's outputs go in tiles of T = tile_outputs(p) (at most 256 / C for its C = sum_chunks(K)
+// chunks, and few enough that every block gets a tile); block b takes tiles t ≡ b (mod cluster)
+// one after another (rounds), and thread i < T·C of a tile sums chunk i % C of output
+// t·T + i / C for every row. Then one thread per (output, row) adds the output's chunk sums in the
+// order's fixed way (combine_chunks): gemv_ordered.cu's bits, which the host emulator predicts.
 #pragma once
 
-#include "kernels/sum_order.h"  // MIXSERVE_HD
+#include "kernels/gemm_tiles.h"  // split_gemv_padded; sum_order.h
 
 namespace mixserve::cuda {
 
@@ -27,6 +36,8 @@ constexpr int kChainMaxTiles = 4;     // a phase's tiles per block, at most
 constexpr int kChainMaxChunks = 8;    // a phase's chunks of K (K ≤ 1,024), at most
 constexpr int kChainCluster = 8;      // blocks: sm_90's portable cluster size
 constexpr int kChainMaxCluster = 16;  // the H100's largest (non-portable) cluster
+constexpr int kChainThreads = 256;    // a block's threads: kChainTile · kChainRows
+constexpr int kChainMaxK = kChainChunk * kChainMaxChunks;  // 1,024
 
 struct ChainStep {
   int phase;
@@ -36,12 +47,20 @@ struct ChainStep {
 
 struct ChainPlan {
   int cluster = kChainCluster;
+  bool ordered = false;  // the K-chunked order's layout (gemm_chain_ordered.cuh)
   int phases = 0;
   int n[kChainMaxPhases] = {};
   int k[kChainMaxPhases] = {};
 
   MIXSERVE_HD static constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-  MIXSERVE_HD constexpr int tiles(int p) const { return ceil_div(n[p], kChainTile); }
+  MIXSERVE_HD static constexpr int min_of(int a, int b) { return a < b ? a : b; }
+  // Outputs a tile: one warp's lanes; in the K-chunked order as many as the block's threads hold
+  // with all their chunks, fewer where that would leave a block without a tile.
+  MIXSERVE_HD constexpr int tile_outputs_of(int n_, int k_) const {
+    return ordered ? min_of(kChainThreads / sum_chunks(k_), ceil_div(n_, cluster)) : kChainTile;
+  }
+  MIXSERVE_HD constexpr int tile_outputs(int p) const { return tile_outputs_of(n[p], k[p]); }
+  MIXSERVE_HD constexpr int tiles(int p) const { return ceil_div(n[p], tile_outputs(p)); }
   MIXSERVE_HD constexpr int chunks(int p) const { return ceil_div(k[p], kChainChunk); }
   // Tiles of phase p that block b takes: b, b + cluster, ...
   MIXSERVE_HD constexpr int owned_tiles(int p, int b) const {
@@ -53,7 +72,7 @@ struct ChainPlan {
     for (int p = 0; p < phases; ++p) s += steps(p, b);
     return s;
   }
-  // Block b's step s (0 ≤ s < steps(b)).
+  // Block b's step s (0 ≤ s < steps(b)); in the one-FMA-chain order only.
   MIXSERVE_HD constexpr ChainStep step(int b, int s) const {
     int p = 0;
     while (s >= steps(p, b)) s -= steps(p++, b);
@@ -65,15 +84,33 @@ struct ChainPlan {
   // Whether a GEMM of n outputs and K = k may join: a block's share of it stays small (one
   // cluster does the whole GEMM, where gemv.cu would spread it over ceil(n / 32) blocks).
   MIXSERVE_HD constexpr bool takes(int n_, int k_) const {
-    return phases < kChainMaxPhases && n_ > 0 && k_ > 0 &&
-           ceil_div(ceil_div(n_, kChainTile), cluster) <= kChainMaxTiles &&
-           ceil_div(k_, kChainChunk) <= kChainMaxChunks;
+    if (phases >= kChainMaxPhases || n_ <= 0 || k_ <= 0 || k_ > kChainMaxK) return false;
+    return ceil_div(ceil_div(n_, tile_outputs_of(n_, k_)), cluster) <= kChainMaxTiles;
   }
   MIXSERVE_HD constexpr void add(int n_, int k_) {
     n[phases] = n_;
     k[phases] = k_;
     ++phases;
   }
+
+  // The K-chunked order's layout: thread i of tile t of phase p sums chunk ordered_chunk(p, i) of
+  // output ordered_output(p, t, i) (when i < T·C and the output < n[p]); the combine's thread e
+  // adds the chunk sums of output t·T + e / M for row e % M.
+  MIXSERVE_HD constexpr int ordered_output(int p, int t, int i) const {
+    return t * tile_outputs(p) + i / sum_chunks(k[p]);
+  }
+  MIXSERVE_HD constexpr int ordered_chunk(int p, int i) const { return i % sum_chunks(k[p]); }
+  MIXSERVE_HD constexpr int ordered_items(int p) const {
+    return tile_outputs(p) * sum_chunks(k[p]);
+  }
 };
+
+// The ordered kernel's shared memory: the M rows of A (each chunk padded by 4 floats:
+// split_gemv_padded, as gemv_ordered.cu), then the chunk sums of a tile, [T·C items][kChainRows].
+constexpr int kChainOrderedRowFloats = split_gemv_padded(kChainMaxK);
+constexpr int kChainOrderedSmemFloats =
+    kChainRows * kChainOrderedRowFloats + kChainThreads * kChainRows;
+static_assert(kChainOrderedSmemFloats * 4 + 2 * kChainRows * 4 <= 48 * 1024,
+              "static shared memory without opting in");
 
 }  // namespace mixserve::cuda

@@ -8,8 +8,9 @@
 // the middle (each splits the run); and each run checked to have launched as one chain. Model
 // level: every golden fixture with the option on and off gives the same logits and states bit for
 // bit in prefill chunks of ≤ 8 rows and decode batches of 1…13 sequences (decode in CUDA graphs:
-// the cluster launches captured), and a sequence decoding alone the bits it gets among 13. Skips
-// without a GPU.
+// the cluster launches captured), and a sequence decoding alone the bits it gets among 13. All of
+// it in both summation orders: one FMA chain per output (gemm_chain.cuh against gemv.cu) and the
+// K-chunked order (gemm_chain_ordered.cuh against gemv_ordered.cu). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -60,8 +61,9 @@ struct Tail {
 };
 
 // x, hidden, proj and the logits after the tail, run in a chain scope (on) or not.
+// chains: how many the tail launches with the option on (with it off, none).
 std::vector<std::vector<float>> run_tail(const Tail& t, const Shape& s, int M, bool on, int cluster,
-                                         Split split, uint32_t seed) {
+                                         Split split, int chains_on, uint32_t seed) {
   std::mt19937 rng(seed);  // the same inputs both ways
   const int d = s.d, c = s.c, R = kChainRows;
   DeviceBuffer<float> x, mixed, hidden, proj, logits, normed;
@@ -87,19 +89,25 @@ std::vector<std::vector<float>> run_tail(const Tail& t, const Shape& s, int M, b
     chains.flush();
   }
   const int64_t chains = gemm_chains_launched() - before;
-  EXPECT_EQ(chains, on ? (split == Split::kNone ? 1 : 2) : 0) << "chains launched";
+  EXPECT_EQ(chains, on ? chains_on : 0) << "chains launched";
   return {download(x, static_cast<size_t>(R) * d), download(hidden, static_cast<size_t>(R) * c),
           download(proj, static_cast<size_t>(R) * 3 * d),
           download(logits, static_cast<size_t>(R) * t.head.n),
           download(normed, static_cast<size_t>(R) * d)};
 }
 
-void check(CudaWeightType type, const Shape& s, bool early, Split split, uint32_t seed) {
+// ordered: the K-chunked order (gemm_chain_ordered.cuh against gemv_ordered.cu), where float32
+// GEMMs run one by one (chains_in_order).
+void check(CudaWeightType type, const Shape& s, bool early, Split split, uint32_t seed,
+           bool ordered = false) {
   std::mt19937 rng(seed);
   const int d = s.d, c = s.c;
   DeviceWeights dw(type);
   dw.use_small_batch_gemv(true);
   dw.use_pipelined(early);
+  dw.use_ordered_sums(ordered);
+  const bool chains = !ordered || gemm_chain::chains_in_order(type);
+  const int chains_on = !chains ? 0 : split == Split::kNone ? 1 : 2;
   auto matrix = [&](int n, int k, float scale) {
     const std::vector<float> w = random(static_cast<size_t>(n) * k, rng, scale),
                              b = random(n, rng, 0.25f);
@@ -110,7 +118,7 @@ void check(CudaWeightType type, const Shape& s, bool early, Split split, uint32_
          matrix(c, d, 0.1f),
          matrix(d, c, 0.05f),
          matrix(3 * d, d, 0.1f),
-         matrix(2000, d, 0.1f),
+         matrix(5000, d, 0.1f),  // the paper config's logits: too large for either order
          Norm{},
          Norm{}};
   const std::vector<float> ln_w = random(d, rng, 0.25f, 1), ln_b = random(d, rng, 0.25f);
@@ -118,16 +126,17 @@ void check(CudaWeightType type, const Shape& s, bool early, Split split, uint32_
   t.rms = Norm{dw.f32(ln_w), nullptr, 1e-6f, true};
   for (int cluster : {kChainCluster, kChainMaxCluster})
     for (int M = 1; M <= kChainRows; ++M) {
-      const auto want = run_tail(t, s, M, false, cluster, split, seed + M),
-                 got = run_tail(t, s, M, true, cluster, split, seed + M);
+      const auto want = run_tail(t, s, M, false, cluster, split, chains_on, seed + M),
+                 got = run_tail(t, s, M, true, cluster, split, chains_on, seed + M);
       const char* names[] = {"x", "hidden", "proj", "logits", "normed"};
       for (int b = 0; b < 5; ++b)
         for (size_t i = 0; i < want[b].size(); ++i)
           ASSERT_EQ(0, std::memcmp(&want[b][i], &got[b][i], sizeof(float)))
               << cuda_weight_type_name(type) << " d " << d << " c " << c << " M " << M
-              << " cluster " << cluster << (early ? " early weights" : "") << " split "
-              << static_cast<int>(split) << ": " << names[b] << "[" << i << "] chained "
-              << got[b][i] << " vs one by one " << want[b][i];
+              << " cluster " << cluster << (early ? " early weights" : "")
+              << (ordered ? " K-chunked order" : "") << " split " << static_cast<int>(split) << ": "
+              << names[b] << "[" << i << "] chained " << got[b][i] << " vs one by one "
+              << want[b][i];
     }
 }
 
@@ -157,6 +166,25 @@ TEST_P(GemmChains, SameBitsAsOneByOneAtOddShapesAndSplits) {
   check(GetParam(), Shape{128, 512}, true, Split::kKernel, seed += 100);
 }
 
+// The same in the K-chunked order: the chain's kernel (gemm_chain_ordered.cuh) against
+// gemv_ordered.cu one by one, at the model shapes and at odd ones (K a multiple of 16, of 32 for
+// int4: else the GEMM is the tiled kernel's, which no chain takes).
+TEST_P(GemmChains, OrderedSameBitsAsOneByOneAtModelShapes) {
+  uint32_t seed = 2;
+  for (const Shape& s : {Shape{128, 512}, Shape{32, 64}, Shape{256, 1024}})
+    for (bool early : {false, true}) check(GetParam(), s, early, Split::kNone, seed += 100, true);
+}
+
+TEST_P(GemmChains, OrderedSameBitsAsOneByOneAtOddShapesAndSplits) {
+  const bool int4 = GetParam() == CudaWeightType::kInt4;
+  uint32_t seed = 2000;
+  for (const Shape& s : int4 ? std::vector<Shape>{{96, 160}, {64, 32}}
+                             : std::vector<Shape>{{112, 208}, {48, 80}, {16, 1008}})
+    check(GetParam(), s, true, Split::kNone, seed += 100, true);
+  check(GetParam(), Shape{128, 512}, false, Split::kLargeGemm, seed += 100, true);
+  check(GetParam(), Shape{128, 512}, true, Split::kKernel, seed += 100, true);
+}
+
 // y = 0.5·x + 1, element by element: an element-wise core as a mixer's (launch_core).
 struct AffineCore {
   const float* x;
@@ -166,12 +194,15 @@ struct AffineCore {
 
 // A core, then two projections reading what it wrote (the second adding to x): one kernel with the
 // option on, the same bits as the core's own kernel and two GEMMs; a core with no GEMM after it
-// (the run ends at a kernel launch) runs alone.
-TEST_P(GemmChains, ACoreStartsAChainWithTheSameBits) {
+// (the run ends at a kernel launch) runs alone. In either order (float32 in the K-chunked order
+// chains nothing: chains_in_order).
+void check_core_chain(CudaWeightType type, bool ordered) {
   std::mt19937 rng(77);
   const int d = 128, c = 512, R = kChainRows;
-  DeviceWeights dw(GetParam());
+  DeviceWeights dw(type);
   dw.use_small_batch_gemv(true);
+  dw.use_ordered_sums(ordered);
+  const int chains_on = !ordered || gemm_chain::chains_in_order(type) ? 1 : 0;
   const std::vector<float> w1 = random(size_t{c} * d, rng, 0.1f),
                            w2 = random(size_t{d} * c, rng, 0.05f);
   const DevMatrix fc1 = dw.matrix(w1.data(), nullptr, c, d),
@@ -197,7 +228,7 @@ TEST_P(GemmChains, ACoreStartsAChainWithTheSameBits) {
         layer_norm(nullptr, in.get(), M, d, norm, y.get());  // a kernel: ends the run
         chains.flush();
       }
-      EXPECT_EQ(gemm_chains_launched() - before, on ? 1 : 0) << "M " << M;
+      EXPECT_EQ(gemm_chains_launched() - before, on ? chains_on : 0) << "M " << M;
       results.push_back(download(x, size_t{R} * d));
       results.push_back(download(in, size_t{R} * d));
       results.push_back(download(y, size_t{R} * d));
@@ -205,8 +236,13 @@ TEST_P(GemmChains, ACoreStartsAChainWithTheSameBits) {
     for (int b = 0; b < 3; ++b)
       ASSERT_EQ(0, std::memcmp(results[b].data(), results[3 + b].data(),
                                results[b].size() * sizeof(float)))
-          << cuda_weight_type_name(GetParam()) << " M " << M << " buffer " << b;
+          << cuda_weight_type_name(type) << (ordered ? " K-chunked order" : "") << " M " << M
+          << " buffer " << b;
   }
+}
+
+TEST_P(GemmChains, ACoreStartsAChainWithTheSameBits) {
+  for (bool ordered : {false, true}) check_core_chain(GetParam(), ordered);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmChains,
@@ -225,22 +261,32 @@ class GemmChainsModel : public CudaFixtureTest {};
 
 // Prefill chunks of 5 and 3 rows and decode steps of 1…8 sequences run chains with the option on;
 // 13 sequences run every GEMM on its own either way, and a sequence decoding alone runs chains:
-// the same bits.
-TEST_P(GemmChainsModel, SameBitsAsOneByOne) {
+// the same bits. `ordered`: both sides in the K-chunked order (gemm_chain_ordered.cuh's chains
+// against gemv_ordered.cu's GEMMs one by one).
+void expect_same_bits(const Fixture& fx, const std::string& name, bool ordered) {
   OptionBitsSchedule sch;
   sch.prefill = {{0, 5}, {5, 3}};
   sch.batches = {1, 3, 8, 13};
   sch.alone_above = 8;
-  sch.seed = 33;
+  sch.seed = ordered ? 34 : 33;
   const int64_t before = cuda::gemm_chains_launched();
+  auto set = [ordered](CudaBackendOptions& o, bool on) {
+    o.ordered_sums = ordered;
+    o.gemm_chains = on;
+  };
   const std::string diff = option_bits_difference(
-      fx_,
-      option_maker(
-          fx_, [](CudaBackendOptions& o, bool on) { o.gemm_chains = on; },
-          &CudaBackend::gemm_chains),
+      fx, option_maker(fx, set, &CudaBackend::gemm_chains),
       {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16}, sch);
-  EXPECT_EQ(diff, "") << GetParam();
+  EXPECT_EQ(diff, "") << name << (ordered ? " (K-chunked order)" : "");
   EXPECT_GT(cuda::gemm_chains_launched(), before) << "no chain ran";
+}
+
+TEST_P(GemmChainsModel, SameBitsAsOneByOne) {
+  expect_same_bits(fx_, GetParam(), false);
+}
+
+TEST_P(GemmChainsModel, OrderedSameBitsAsOneByOne) {
+  expect_same_bits(fx_, GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GemmChainsModel, ::testing::ValuesIn(golden_names()),

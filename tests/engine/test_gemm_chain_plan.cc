@@ -3,7 +3,10 @@
 // and a tile's chunks in order; the chain takes the projections it should (the paper config's)
 // and not the ones it should not; and the kernel's walk — emulated on the host through the same
 // maps, the phases separated as the cluster barrier separates them, one FMA chain per output —
-// gives the bits of the GEMMs run one after another.
+// gives the bits of the GEMMs run one after another. The same for the K-chunked order's layout
+// (gemm_chain_ordered.cuh): every chunk of every output is one thread's, once, and its sum is
+// combined by the thread that finishes the output; the walk gives the emulator's bits
+// (ordered_dot).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,9 +30,11 @@ const std::vector<std::vector<std::pair<int, int>>> kChains = {
     {{1024, 1024}, {256, 1024}},
     {{64, 96}, {96, 64}, {64, 96}, {96, 64}, {64, 96}, {96, 64}, {64, 96}, {96, 64}}};
 
-ChainPlan plan_of(const std::vector<std::pair<int, int>>& chain, int cluster) {
+ChainPlan plan_of(const std::vector<std::pair<int, int>>& chain, int cluster,
+                  bool ordered = false) {
   ChainPlan plan;
   plan.cluster = cluster;
+  plan.ordered = ordered;
   for (auto [n, k] : chain) {
     EXPECT_TRUE(plan.takes(n, k)) << "n " << n << " k " << k;
     plan.add(n, k);
@@ -143,13 +148,20 @@ std::vector<std::vector<float>> run(const ChainPlan& plan, const std::vector<Pha
   return buf;
 }
 
-TEST(GemmChainPlan, TheKernelsWalkGivesTheSeparateGemmsBits) {
-  std::mt19937 rng(5);
+using RunChain = std::vector<std::vector<float>> (*)(const ChainPlan&, const std::vector<Phase>&,
+                                                     const std::vector<std::vector<float>>&,
+                                                     std::vector<std::vector<float>>, int, bool);
+
+// run(…, walk = true) equals run(…, walk = false) bit for bit for every chain of `chains`, M 1, 3
+// and 8, clusters of 8 and 16: the phases ping-pong between two buffers.
+void expect_walk_gives_the_bits(const std::vector<std::vector<std::pair<int, int>>>& chains,
+                                bool ordered, RunChain run, uint32_t seed) {
+  std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   int checked = 0;
   for (int cluster : {kChainCluster, kChainMaxCluster})
-    for (const auto& chain : kChains) {
-      const ChainPlan plan = plan_of(chain, cluster);
+    for (const auto& chain : chains) {
+      const ChainPlan plan = plan_of(chain, cluster, ordered);
       std::vector<Phase> io;
       for (int p = 0; p < plan.phases; ++p) io.push_back({p % 2, (p + 1) % 2});  // a ping-pong
       std::vector<std::vector<float>> w;
@@ -168,7 +180,126 @@ TEST(GemmChainPlan, TheKernelsWalkGivesTheSeparateGemmsBits) {
         ++checked;
       }
     }
-  EXPECT_EQ(checked, 2 * 5 * 3);
+  EXPECT_EQ(checked, 2 * static_cast<int>(chains.size()) * 3);
+}
+
+TEST(GemmChainPlan, TheKernelsWalkGivesTheSeparateGemmsBits) {
+  expect_walk_gives_the_bits(kChains, false, run, 5);
+}
+
+// The K-chunked order's chains: as above, but a K of 1,024 takes 16 chunks an output, so a
+// projection of 1,024 × 1,024 is 64 tiles of 16 outputs, 8 a block: too many.
+const std::vector<std::vector<std::pair<int, int>>> kOrderedChains = {
+    {{128, 128}, {512, 128}, {128, 512}, {384, 128}},
+    {{32, 32}, {64, 32}, {32, 64}, {96, 32}},
+    {{97, 100}, {1000, 97}, {5, 1000}, {33, 5}, {1, 1}},
+    {{1024, 256}, {256, 1024}},
+    {{64, 96}, {96, 64}, {64, 96}, {96, 64}, {64, 96}, {96, 64}, {64, 96}, {96, 64}}};
+
+TEST(GemmChainPlan, OrderedEveryChunkIsOneThreadsAndCombinedWhereItWasSummed) {
+  for (int cluster : {kChainCluster, kChainMaxCluster})
+    for (const auto& chain : kOrderedChains) {
+      const ChainPlan plan = plan_of(chain, cluster, true);
+      for (int p = 0; p < plan.phases; ++p) {
+        const int N = plan.n[p], C = sum_chunks(plan.k[p]), T = plan.tile_outputs(p);
+        ASSERT_LE(plan.ordered_items(p), kChainThreads) << "a tile's items fit the block";
+        ASSERT_EQ(plan.ordered_items(p), T * C);
+        std::set<std::pair<int, int>> summed;    // (output, chunk)
+        std::set<std::pair<int, int>> combined;  // (output, row)
+        for (int b = 0; b < cluster; ++b) {
+          ASSERT_LE(plan.owned_tiles(p, b), kChainMaxTiles);
+          for (int round = 0; round < plan.owned_tiles(p, b); ++round) {
+            const int t = b + round * cluster;
+            ASSERT_LT(t, plan.tiles(p));
+            for (int i = 0; i < plan.ordered_items(p); ++i) {
+              const int n = plan.ordered_output(p, t, i), c = plan.ordered_chunk(p, i);
+              ASSERT_GE(n, t * T);
+              ASSERT_LT(n, t * T + T) << "a tile's own outputs";
+              if (n < N) {
+                ASSERT_TRUE(summed.insert({n, c}).second) << "n " << n << " c " << c;
+              }
+            }
+            for (int M : {1, 3, 8})
+              for (int e = 0; e < T * M; ++e) {
+                const int j = e / M, r = e % M, n = t * T + j;
+                if (n >= N) continue;
+                for (int c = 0; c < C;
+                     ++c) {  // sums[(j·C + c)·rows + r], written by thread j·C + c
+                  const int i = j * C + c;
+                  ASSERT_EQ(plan.ordered_output(p, t, i), n);
+                  ASSERT_EQ(plan.ordered_chunk(p, i), c);
+                }
+                if (M == 8) {
+                  ASSERT_TRUE(combined.insert({n, r}).second);
+                }
+              }
+          }
+        }
+        EXPECT_EQ(summed.size(), static_cast<size_t>(N) * C) << "every chunk of every output";
+        EXPECT_EQ(combined.size(), static_cast<size_t>(N) * 8) << "every output of every row";
+        if (plan.tiles(p) >= cluster) {
+          for (int b = 0; b < cluster; ++b) EXPECT_GT(plan.owned_tiles(p, b), 0) << "no idle block";
+        }
+      }
+    }
+}
+
+TEST(GemmChainPlan, OrderedTakesSmallProjectionsOnly) {
+  ChainPlan plan;
+  plan.ordered = true;
+  for (auto [n, k] : kOrderedChains[0]) EXPECT_TRUE(plan.takes(n, k)) << n << " × " << k;
+  EXPECT_EQ(ChainPlan::ceil_div(384, plan.tile_outputs_of(384, 128)), kChainCluster)
+      << "the paper config's qkv: one tile of 48 outputs a block";
+  EXPECT_EQ(plan.tile_outputs_of(128, 512), 16) << "its fc2: 16 outputs × 8 chunks a block";
+  EXPECT_TRUE(plan.takes(1024, 256));    // 64 outputs × 4 chunks a tile, 2 tiles a block
+  EXPECT_FALSE(plan.takes(1024, 1024));  // 16 outputs × 16 chunks a tile: 8 tiles a block
+  EXPECT_FALSE(plan.takes(128, 1025));   // a seventeenth chunk
+  EXPECT_FALSE(plan.takes(5000, 128));   // the logits
+  EXPECT_FALSE(plan.takes(2304, 768));   // GPT-2 small's qkv
+  EXPECT_FALSE(plan.takes(0, 128));
+}
+
+std::vector<std::vector<float>> run_ordered(const ChainPlan& plan, const std::vector<Phase>& io,
+                                            const std::vector<std::vector<float>>& w,
+                                            std::vector<std::vector<float>> buf, int M, bool walk) {
+  constexpr int ld = 1024;
+  for (int p = 0; p < plan.phases; ++p) {
+    const int N = plan.n[p], K = plan.k[p], C = sum_chunks(K), T = plan.tile_outputs(p);
+    const std::vector<float> x = buf[io[p].in];  // read before any output (the barrier)
+    std::vector<float>& y = buf[io[p].out];
+    if (!walk) {  // the GEMM on its own: the emulator, output by output
+      for (int r = 0; r < M; ++r)
+        for (int n = 0; n < N; ++n)
+          y[r * ld + n] = add(y[r * ld + n], ordered_dot(&x[r * ld], &w[p][n * K], K));
+      continue;
+    }
+    for (int b = 0; b < plan.cluster; ++b)
+      for (int round = 0; round < plan.owned_tiles(p, b); ++round) {
+        const int t = b + round * plan.cluster;
+        std::vector<float> sums(kChainThreads * kChainRows, 0.0f);
+        for (int i = 0; i < plan.ordered_items(p); ++i) {  // each thread's chunk, every row
+          const int n = plan.ordered_output(p, t, i), c = plan.ordered_chunk(p, i);
+          if (n >= N) continue;
+          for (int r = 0; r < M; ++r) {
+            float s = 0;
+            for (int k = chunk_begin(c); k < chunk_end(c, K); ++k)
+              s = std::fma(x[r * ld + k], w[p][n * K + k], s);
+            sums[i * kChainRows + r] = s;
+          }
+        }
+        for (int e = 0; e < T * M; ++e) {  // the combine
+          const int j = e / M, r = e % M, n = t * T + j;
+          if (n >= N) continue;
+          const float v = combine_chunks(&sums[j * C * kChainRows + r], C, kChainRows);
+          y[r * ld + n] = add(y[r * ld + n], v);
+        }
+      }
+  }
+  return buf;
+}
+
+TEST(GemmChainPlan, OrderedWalkGivesTheEmulatorsBits) {
+  expect_walk_gives_the_bits(kOrderedChains, true, run_ordered, 6);
 }
 
 }  // namespace

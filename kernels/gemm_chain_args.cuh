@@ -1,0 +1,52 @@
+// What both GEMM-chain kernels (gemm_chain.cuh: one FMA chain per output; gemm_chain_ordered.cuh:
+// the K-chunked order) take: the plan, each kept GEMM's operands, and the core that may begin the
+// chain, run the same way by both.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/gemm_chain_plan.h"
+#include "kernels/gemm_parts.cuh"
+
+namespace mixserve::cuda {
+namespace gemm_chain {
+
+template <typename WT>
+struct ChainPhase {
+  GemmIn in;
+  const WT* w;
+  const float* bias;
+  const float* group_scales;   // int4
+  const float* output_scales;  // int8
+  int M;
+  GemmOut out;
+};
+
+// Passed by value (kernel parameters: captured with the launch in a CUDA graph).
+template <typename WT>
+struct ChainArgs {
+  ChainPlan plan;
+  ChainPhase<WT> phase[kChainMaxPhases];
+  bool early_weights;
+};
+
+// A chain without a core.
+struct NoCore {
+  __device__ void operator()(int64_t) const {}
+};
+
+// The core's items, spread over the cluster's threads (the cluster is the whole grid): one call
+// each, as its own kernel makes them.
+template <typename Core>
+__device__ __forceinline__ void run_core(const Core& core, int64_t items) {
+  if constexpr (!std::is_same_v<Core, NoCore>) {
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < items;
+         i += threads)
+      core(i);
+  }
+}
+
+}  // namespace gemm_chain
+}  // namespace mixserve::cuda

@@ -1,0 +1,105 @@
+// The GEMM chain's kernel in the K-chunked order (CudaBackendOptions::gemm_chains with
+// ordered_sums; the schedule is gemm_chain_plan.h's `ordered` layout, checked on the CPU).
+//
+// Why a second kernel: in one FMA chain per output (gemm_chain.cuh) a batch-1 projection keeps one
+// warp of each block busy summing K terms one after another, and a phase takes as long as that
+// chain. In the K-chunked order each chunk of 64 terms of an output is a thread's own chain, so
+// a phase waits for 64 dependent FMAs whatever K, and every block's threads work at M = 1.
+//
+// Per phase, after the cluster barrier: each block copies the phase's M rows of A (layer-normed on
+// load) into shared memory, then for each tile it owns every thread sums its chunk for every row
+// (ordered_chunk.cuh: the weights were loaded into registers before the barrier — no kernel writes
+// weights — so their round trip overlaps the previous phase's), writes the chunk sums to shared
+// memory, and one thread per (output, row) adds them (combine_chunks) and finishes the output:
+// gemv_ordered.cu's arithmetic, so the same bits, and the host emulator's (ordered_dot).
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "kernels/gemm_chain_args.cuh"
+#include "kernels/ordered_chunk.cuh"
+
+namespace mixserve::cuda {
+namespace gemm_chain {
+
+using namespace gemm_parts;
+
+static_assert(ordered_chunk::kRows == kChainRows, "the plan's rows are the chunk sums' rows");
+
+// The weight types this kernel takes: a thread holds a chunk's 64 weights in registers (32 for
+// 16-bit weights, 16 for int8, 8 for int4), and float32's 64 put a kernel with a core over the
+// register budget (140–150 of 128), so float32 GEMMs in this order run one by one (gemv_ordered.cu).
+template <typename WT>
+constexpr bool kChainsInOrder = !std::is_same_v<WT, float>;
+inline bool chains_in_order(CudaWeightType type) {
+  return type != CudaWeightType::kF32;
+}
+
+// This thread's chunk of tile `round` of phase p that block b owns (when it has one) into w.
+template <typename WT>
+__device__ __forceinline__ void load_ordered_chunk(const ChainArgs<WT>& c, int p, int b, int round,
+                                                   ordered_chunk::HeldChunk<WT>& w) {
+  const ChainPlan& plan = c.plan;
+  const int i = threadIdx.x, t = b + round * plan.cluster;
+  if (round >= plan.owned_tiles(p, b) || i >= plan.ordered_items(p)) return;
+  const int n = plan.ordered_output(p, t, i);
+  if (n < plan.n[p])
+    w.load(c.phase[p].w, c.phase[p].group_scales, n, plan.ordered_chunk(p, i), plan.k[p]);
+}
+
+template <typename WT, typename Core>
+__global__ void __launch_bounds__(kChainThreads, 1)
+    ordered_chain_kernel(const ChainArgs<WT> c, const Core core, const int64_t core_items) {
+  auto w = kernel_prologue_into<ordered_chunk::HeldChunk<WT>>([&](auto& held) {
+    if (c.early_weights) load_ordered_chunk(c, 0, blockIdx.x, 0, held);
+  });
+  const ChainPlan& plan = c.plan;
+  const int b = blockIdx.x;
+  if (!c.early_weights) load_ordered_chunk(c, 0, b, 0, w);
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  __shared__ __align__(16) float smem[kChainOrderedSmemFloats];
+  __shared__ float stats[2 * kChainRows];
+  float* As = smem;
+  float* sums = smem + kChainRows * kChainOrderedRowFloats;  // [T·C items][kChainRows]
+  run_core(core, core_items);
+  for (int p = 0; p < plan.phases; ++p) {
+    if (p > 0) load_ordered_chunk(c, p, b, 0, w);  // in flight across the barrier
+    // The core's or the previous GEMM's outputs written and its inputs read.
+    if (p > 0 || !std::is_same_v<Core, NoCore>) cluster.sync();
+    const int owned = plan.owned_tiles(p, b);
+    if (owned == 0) continue;  // no tile here: on to the next barrier
+    const ChainPhase<WT>& ph = c.phase[p];
+    const int M = ph.M, N = plan.n[p], K = plan.k[p], C = sum_chunks(K), T = plan.tile_outputs(p);
+    const int row_floats = split_gemv_padded(K);
+    PlainLoader a{ph.in, K, nullptr, nullptr};
+    a.bind(stats, kChainRows);
+    a.prepare(0, kChainRows, M);
+    for (int e = threadIdx.x; e < M * K; e += kChainThreads) {
+      const int r = e / K, k = e % K;
+      As[r * row_floats + split_gemv_padded(k)] = a.load(r, r, k);
+    }
+    __syncthreads();  // the rows are in
+    for (int round = 0; round < owned; ++round) {
+      const int t = b + round * plan.cluster, i = threadIdx.x;
+      if (round > 0) load_ordered_chunk(c, p, b, round, w);
+      if (i < plan.ordered_items(p) && plan.ordered_output(p, t, i) < N) {
+        float acc[kChainRows];
+        ordered_chunk::sum_rows(w, As, row_floats, plan.ordered_chunk(p, i), K, M, acc);
+#pragma unroll
+        for (int r = 0; r < kChainRows; ++r)
+          if (r < M) sums[i * kChainRows + r] = acc[r];
+      }
+      __syncthreads();  // every chunk sum of the tile is in
+      for (int e = threadIdx.x; e < T * M; e += kChainThreads) {
+        const int j = e / M, r = e % M, n = t * T + j;
+        if (n >= N) continue;
+        const float v = combine_chunks(sums + j * C * kChainRows + r, C, kChainRows);
+        finish(ph.out, ph.bias, r, n, scale_output(v, ph.output_scales, n));
+      }
+      __syncthreads();  // the sums are free for the next tile, the rows for the next phase
+    }
+  }
+}
+
+}  // namespace gemm_chain
+}  // namespace mixserve::cuda

@@ -1,0 +1,113 @@
+// One thread's chunk of the K-chunked order (kernels/sum_order.h) for M ≤ 8 rows, shared by the
+// kernels that give each chunk of 64 terms a thread of its own (gemv_ordered.cu,
+// gemm_chain_ordered.cuh): the chunk's weights of one output loaded at once, as stored, with
+// 16-byte loads into registers — one memory round trip, and one that may be issued before a
+// barrier or before the wait for the previous kernel, since no kernel writes weights — then one
+// FMA chain per row over the chunk's terms from +0: the emulator's chunk sum s_c (ordered_dot).
+#pragma once
+
+#include "kernels/gemm_parts.cuh"
+#include "kernels/gemm_tiles.h"
+
+namespace mixserve::cuda {
+namespace ordered_chunk {
+
+using namespace gemm_parts;
+
+constexpr int kRows = 8;   // M ≤ kRows
+constexpr int kStep = 16;  // terms widened at once; a chunk is whole steps (K % 16 == 0)
+
+// The 32-bit words of a 16-byte load, unpacked with shifts (taking a register's address would put
+// it on the stack).
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ float half_at(uint32_t bits, __half) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+__device__ __forceinline__ float half_at(uint32_t bits, __nv_bfloat16) {
+  return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+}
+
+template <typename WT>
+struct HeldChunk {
+  static constexpr int kTermsPerLoad = 128 / weight_bits<WT>();  // f32 4, f16 8, int8 16, int4 32
+  static constexpr int kLoads = kSumChunk / kTermsPerLoad;
+  static constexpr int kScales = kSumChunk / static_cast<int>(kInt4Group);
+  uint4 v[kLoads];
+  float scale[kScales];  // int4's group scales
+
+  // Output n's terms [chunk_begin(c), chunk_end(c, K)) of W [N, K] (rows of K·bits / 8 bytes, a
+  // multiple of 16: K % 16 == 0, K % 32 == 0 for int4).
+  __device__ __forceinline__ void load(const WT* W, const float* group_scales, int n, int c,
+                                       int K) {
+    const int len = chunk_end(c, K) - chunk_begin(c);
+    const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(W) +
+                                                    (static_cast<int64_t>(n) * K + chunk_begin(c)) *
+                                                        weight_bits<WT>() / 8);
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i)
+      if (i * kTermsPerLoad < len) v[i] = p[i];
+    if constexpr (std::is_same_v<WT, PackedInt4>) {
+      const int G = static_cast<int>(kInt4Group);
+#pragma unroll
+      for (int g = 0; g < kScales; ++g)
+        if (g * G < len)
+          scale[g] = group_scales[static_cast<int64_t>(n) * (K / G) + chunk_begin(c) / G + g];
+    }
+  }
+
+  // Term k of the chunk as the sum uses it (load_weight's value); k is a constant once unrolled.
+  __device__ __forceinline__ float term(int k) const {
+    const uint32_t w = word(v[k / kTermsPerLoad], k % kTermsPerLoad * weight_bits<WT>() / 32);
+    if constexpr (std::is_same_v<WT, float>) {
+      return __uint_as_float(w);
+    } else if constexpr (std::is_same_v<WT, int8_t>) {
+      return widen(static_cast<int8_t>(static_cast<uint8_t>(w >> (k % 4 * 8))));
+    } else if constexpr (std::is_same_v<WT, PackedInt4>) {
+      return int4_weight(int4_nibble(w, k % 8), scale[k / static_cast<int>(kInt4Group)]);
+    } else {
+      return half_at(w >> (k % 2 * 16), WT{});
+    }
+  }
+};
+
+// acc[r] = the chunk's sum for row r < M: an FMA chain over its terms from +0. A's rows are in
+// shared memory, row r at As + r·row_floats, term k at split_gemv_padded(k).
+template <typename WT>
+__device__ __forceinline__ void sum_rows(const HeldChunk<WT>& w, const float* As, int row_floats,
+                                         int c, int K, int M, float (&acc)[kRows]) {
+  const int len = chunk_end(c, K) - chunk_begin(c);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSumChunk / kStep; ++s) {
+    if (s * kStep >= len) break;
+    float ws[kStep];
+#pragma unroll
+    for (int e = 0; e < kStep; ++e) ws[e] = w.term(s * kStep + e);
+    const int k0 = chunk_begin(c) + s * kStep;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= M) break;
+      const float4* ar =
+          reinterpret_cast<const float4*>(As + r * row_floats + split_gemv_padded(k0));
+#pragma unroll
+      for (int i = 0; i < kStep / 4; ++i) {
+        const float4 a = ar[i];
+        acc[r] = __fmaf_rn(a.x, ws[4 * i], acc[r]);
+        acc[r] = __fmaf_rn(a.y, ws[4 * i + 1], acc[r]);
+        acc[r] = __fmaf_rn(a.z, ws[4 * i + 2], acc[r]);
+        acc[r] = __fmaf_rn(a.w, ws[4 * i + 3], acc[r]);
+      }
+    }
+  }
+}
+
+// Whether a matrix's chunks are whole steps of 16-byte loads (and int4 groups whole).
+inline bool whole_steps(const DevMatrix& w) {
+  return w.type == CudaWeightType::kInt4 ? w.k % kInt4Group == 0 : w.k % kStep == 0;
+}
+
+}  // namespace ordered_chunk
+}  // namespace mixserve::cuda
