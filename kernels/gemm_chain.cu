@@ -1,14 +1,15 @@
 // Keeping runs of small-batch GEMMs for one kernel each (CudaBackendOptions::gemm_chains; #24
 // item 3): while a GemmChainScope is open on the thread, gemm() keeps the projections gemv.cu
 // would run (or gemv_ordered.cu, in the K-chunked order; and ChainPlan::takes) instead of launching
-// them, and a mixer's element-wise core (launch_core) starts a new run; the next other kernel
-// launch, a GEMM that does not fit, or flush() launches the run kept so far as one kernel
-// (gemm_chain.cuh). The schedule is kernels/gemm_chain_plan.h, checked on the CPU; why it pays is
-// written there.
+// them, and a mixer's element-wise core (launch_core) joins the run as a phase of its own (or
+// starts a new one); the next other kernel launch, a GEMM or core that does not fit, or flush()
+// launches the run kept so far as one kernel (gemm_chain.cuh). The schedule is
+// kernels/gemm_chain_plan.h, checked on the CPU; why it pays is written there.
 #include "kernels/gemm_chain.cuh"
 
 namespace mixserve::cuda {
 
+using gemm_chain::ChainCores;
 using gemm_chain::KeptGemm;
 
 class GemmChain {
@@ -18,32 +19,48 @@ class GemmChain {
   // Keeps the GEMM (true), or leaves it to gemm() (false; the launch that follows flushes).
   bool take(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
     // gemv_ordered.cu's GEMMs (the K-chunked order) chain in that order's kernel, gemv.cu's in the
-    // other; a run is all of one order.
+    // other.
     const bool ordered = gemv_ordered_applies(w, M);
     if (ordered && !gemm_chain::chains_in_order(w.type)) return false;
     if (!ordered && !gemv_applies(w, M)) return false;
-    const bool other_kind =
-        !kept_.empty() && (w.type != kept_[0].w.type || w.pipelined != kept_[0].w.pipelined ||
-                           ordered != plan_.ordered);
-    if (kept_.empty()) plan_.ordered = ordered;  // a core alone so far runs in either
-    if ((core_alone_ || !kept_.empty()) &&
-        (stream != stream_ || other_kind || !plan_.takes(w.n, w.k)))
-      flush();
-    plan_.ordered = ordered;  // nothing kept, or kept in this order
-    if (!plan_.takes(w.n, w.k)) return false;
+    if (!empty()) {
+      // A run is of one stream, one order and one weight type, which its cores join.
+      const bool fits =
+          stream == stream_ &&
+          (kept_.empty() ? cores_->joins(w.type, ordered)
+                         : w.type == kept_[0].w.type && w.pipelined == kept_[0].w.pipelined &&
+                               ordered == plan_.ordered);
+      ChainPlan probe = plan_;  // a run of cores so far takes either order
+      probe.ordered = ordered;
+      if (!fits || !probe.takes(w.n, w.k)) flush();
+    }
+    plan_.ordered = ordered;
+    if (!plan_.takes(w.n, w.k)) return false;  // too large for any chain
     stream_ = stream;
     plan_.add(w.n, w.k);
     kept_.push_back({in, w, M, out});
     return true;
   }
 
-  // A core starts a new run: what was kept goes first.
-  void take_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
-                 gemm_chain::ChainLauncher chained) {
-    flush();
+  // A core joins the run as a phase where the run can take it — cores of its type (or none yet),
+  // GEMMs its chain kernel takes, room — else starts a new run (what was kept goes first).
+  void take_core(cudaStream_t stream, const void* type,
+                 const std::function<std::unique_ptr<ChainCores>()>& make, const void* core,
+                 int64_t items) {
+    const bool same = cores_ && cores_->type() == type;
+    std::unique_ptr<ChainCores> fresh = same ? nullptr : make();
+    const ChainCores& list = same ? *cores_ : *fresh;
+    const bool joins = !empty() && stream == stream_ && (!cores_ || same) && plan_.takes_core() &&
+                       list.size() < kChainMaxCores &&
+                       (kept_.empty() || list.joins(kept_[0].w.type, plan_.ordered));
+    if (!joins) {
+      flush();
+      if (!fresh) fresh = make();
+    }
+    if (fresh) cores_ = std::move(fresh);  // a new run, or one without cores so far
     stream_ = stream;
-    core_alone_ = std::move(alone);
-    core_chained_ = std::move(chained);
+    cores_->add(core, items);
+    plan_.add_core();
   }
 
   void flush();
@@ -51,16 +68,16 @@ class GemmChain {
   void drop() {
     kept_.clear();
     plan_.phases = 0;
-    core_alone_ = nullptr;
-    core_chained_ = nullptr;
+    cores_.reset();
   }
 
  private:
+  bool empty() const { return kept_.empty() && !cores_; }
+
   cudaStream_t stream_ = nullptr;
   ChainPlan plan_;
   std::vector<KeptGemm> kept_;
-  std::function<void(cudaStream_t)> core_alone_;  // set: the run begins with a core
-  gemm_chain::ChainLauncher core_chained_;
+  std::unique_ptr<ChainCores> cores_;  // the run's cores (its core phases), if any
 };
 
 namespace {
@@ -79,25 +96,25 @@ void gemm_chain::count_chain_launch() {
 }
 
 void GemmChain::flush() {
-  if (kept_.empty() && !core_alone_) return;
+  if (empty()) return;
   const std::vector<KeptGemm> kept = std::move(kept_);
   const ChainPlan plan = plan_;
-  const auto alone = std::move(core_alone_);
-  const auto chained = std::move(core_chained_);
+  const std::unique_ptr<ChainCores> cores = std::move(cores_);
   drop();
   // Launched with no chain active, so neither the launch nor a lone GEMM is kept again.
   GemmChain* const was = active_chain;
   active_chain = nullptr;
   try {
-    // A core with the GEMMs after it in one kernel where it can; else alone (one thread per item
-    // over as many blocks as it needs), then the GEMMs.
-    const bool done = alone && !kept.empty() && chained(stream_, plan, kept);
-    if (alone && !done) alone(stream_);
-    if (!done && kept.size() == 1) {  // one GEMM: gemv.cu's many blocks beat one cluster
+    if (kept.empty()) {  // cores only: each on its own, one thread per item
+      for (int i = 0; i < cores->size(); ++i) cores->launch_alone(stream_, i);
+    } else if (cores) {
+      cores->launch(stream_, plan, kept);
+    } else if (kept.size() == 1) {  // one GEMM: gemv.cu's many blocks beat one cluster
       gemm(stream_, kept[0].in, kept[0].w, kept[0].M, kept[0].out);
-    } else if (!done && kept.size() > 1) {
+    } else {
       gemm_parts::with_weight_type(kept[0].w.type, [&](auto weight) {
-        gemm_chain::launch_chain<decltype(weight)>(stream_, plan, kept, gemm_chain::NoCore{}, 0);
+        gemm_chain::launch_chain<decltype(weight)>(stream_, plan, kept,
+                                                   gemm_chain::CoreList<gemm_chain::NoCore>{});
       });
     }
   } catch (...) {
@@ -116,9 +133,10 @@ bool gemm_chain::chain_open() {
   return active_chain != nullptr;
 }
 
-void gemm_chain::chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
-                            ChainLauncher chained) {
-  active_chain->take_core(stream, std::move(alone), std::move(chained));
+void gemm_chain::chain_core(cudaStream_t stream, const void* type,
+                            const std::function<std::unique_ptr<ChainCores>()>& make,
+                            const void* core, int64_t items) {
+  active_chain->take_core(stream, type, make, core, items);
 }
 
 int64_t gemm_chains_launched() {

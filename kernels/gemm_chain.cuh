@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -33,12 +34,12 @@ static_assert(kChainTile == kOutputs && kChainChunk == kChunk && kChainRows == k
                   kChainThreads == kThreads,
               "the plan's tiles and chunks are gemv.cu's stages");
 
-// Block b's step s's weights into stage s (one commit group).
+// Block b's step at `at` into stage `stage` (one commit group): its weights.
 template <typename WT>
-__device__ void copy_step_weights(const ChainArgs<WT>& c, int b, int s) {
-  const ChainStep st = c.plan.step(b, s);
-  copy_weight_chunk(c.phase[st.phase].w, c.plan.n[st.phase], c.plan.k[st.phase], st.tile * kOutputs,
-                    st.chunk, s);
+__device__ void copy_step_weights(const ChainArgs<WT>& c, int b, ChainCursor at, int stage) {
+  const ChainStep st = c.plan.at(b, at);
+  copy_weight_chunk(c.phase[at.phase].w, c.plan.n[at.phase], c.plan.k[at.phase], st.tile * kOutputs,
+                    st.chunk, stage);
 }
 
 // The cluster is the whole grid (plan.cluster blocks), so a block's rank is its blockIdx.x, and
@@ -46,44 +47,52 @@ __device__ void copy_step_weights(const ChainArgs<WT>& c, int b, int s) {
 // ptxas keeps to 64 registers and spills where a core adds its own (AFT-local's).
 template <typename WT, typename Core>
 __global__ void __launch_bounds__(kThreads, 1)
-    chain_kernel(const ChainArgs<WT> c, const Core core, const int64_t core_items) {
+    chain_kernel(const ChainArgs<WT> c, const CoreList<Core> cores) {
   kernel_prologue([&] {
-    if (c.early_weights && c.plan.steps(blockIdx.x) > 0) copy_step_weights(c, blockIdx.x, 0);
+    const ChainCursor first = c.plan.first_from(blockIdx.x, 0);
+    if (c.early_weights && first.phase < c.plan.phases) copy_step_weights(c, blockIdx.x, first, 0);
   });
   cg::cluster_group cluster = cg::this_cluster();
-  const int b = blockIdx.x, steps = c.plan.steps(b);
+  const int b = blockIdx.x;
   const int lane = threadIdx.x % kOutputs, r = threadIdx.x / kOutputs;
   __shared__ float stats[2 * kRows];
-  if (!c.early_weights && steps > 0) copy_step_weights(c, b, 0);
-  run_core(core, core_items);
-  int s = 0;  // this block's next step
+  {
+    const ChainCursor first = c.plan.first_from(b, 0);
+    if (!c.early_weights && first.phase < c.plan.phases) copy_step_weights(c, b, first, 0);
+  }
+  int s = 0;     // this block's steps so far: step s uses stage s % 2
+  int core = 0;  // core phases so far
   float acc = 0.0f;
   for (int p = 0; p < c.plan.phases; ++p) {
-    // The core's or the previous GEMM's outputs written and its inputs read.
-    if (p > 0 || !std::is_same_v<Core, NoCore>) cluster.sync();
-    const int M = c.phase[p].M, N = c.plan.n[p], K = c.plan.k[p];
-    const int end = s + c.plan.steps(p, b);
-    if (s == end) continue;  // no tile here: on to the next barrier
+    // The previous phase's outputs written and its inputs read.
+    if (p > 0) cluster.sync();
+    if (c.plan.is_core(p)) {
+      cores.run(core++);
+      continue;
+    }
+    const int M = c.phase[p].M, N = c.plan.n[p], K = c.plan.k[p], steps = c.plan.steps(p, b);
+    if (steps == 0) continue;  // no tile here: on to the next barrier
     PlainLoader a{c.phase[p].in, K, nullptr, nullptr};
     a.bind(stats, kRows);
     a.prepare(0, kRows, M);
-    auto copy_rows = [&](int step) {
+    auto copy_rows = [&](int local, int stage) {
       copy_row_chunk<WT>([&](int i, int k) { return a.load(i, i, k); }, M, K,
-                         c.plan.step(b, step).chunk, step);
+                         c.plan.at(b, {p, local}).chunk, stage);
     };
-    copy_rows(s);  // its weights are in flight since the previous step (or the start)
-    for (; s < end; ++s) {
-      if (s + 1 < steps) {
-        // Its stage was last read by step s − 1, released by the barrier below; the next
-        // phase's rows wait for the cluster barrier, its weights need not.
-        copy_step_weights(c, b, s + 1);
-        if (s + 1 < end) copy_rows(s + 1);
+    copy_rows(0, s);  // its weights are in flight since the previous step (or the start)
+    for (int local = 0; local < steps; ++local, ++s) {
+      const ChainCursor next = c.plan.next(b, {p, local});
+      if (next.phase < c.plan.phases) {
+        // Its stage was last read by step s − 1, released by the barrier below; a later phase's
+        // rows wait for the cluster barrier, its weights need not.
+        copy_step_weights(c, b, next, s + 1);
+        if (next.phase == p) copy_rows(next.local, s + 1);
         __pipeline_wait_prior(1);  // this step's weights have landed; the next may be in flight
       } else {
         __pipeline_wait_prior(0);
       }
       __syncthreads();  // every thread's copies and row stores of this step are visible
-      const ChainStep st = c.plan.step(b, s);
+      const ChainStep st = c.plan.at(b, {p, local});
       const int n = st.tile * kOutputs + lane;
       if (r < M && n < N) {
         const float* g = c.phase[p].group_scales;
@@ -124,22 +133,28 @@ void launch_one_cluster(int cluster, cudaStream_t stream, const Args&... args) {
   launch_kernel_in_clusters(cluster, kKernel, cluster, kThreads, 0, stream, args...);
 }
 
+// The chain's kernel for weights WT, in its order, with `cores` for its core phases (a chain
+// without core phases: CoreList<NoCore>).
 template <typename WT, typename Core>
 void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<KeptGemm>& kept,
-                  const Core& core, int64_t core_items) {
+                  const CoreList<Core>& cores) {
+  // A kernel's parameters may take 32,764 bytes since CUDA 12.1 (4 KB before).
+  static_assert(sizeof(ChainArgs<WT>) + sizeof(CoreList<Core>) <= 32764, "kernel parameters");
   ChainArgs<WT> c{};
   c.plan = plan;
   c.early_weights = !kept.empty() && kept[0].w.pipelined;
-  for (size_t p = 0; p < kept.size(); ++p) {
-    const DevMatrix& w = kept[p].w;
-    c.phase[p] = {kept[p].in,       static_cast<const WT*>(w.w), w.bias,
-                  w.group_scales(), w.output_scales(),           kept[p].M,
-                  kept[p].out};
+  size_t g = 0;  // the kept GEMMs, in the order of their phases
+  for (int p = 0; p < plan.phases; ++p) {
+    if (plan.is_core(p)) continue;
+    const KeptGemm& k = kept.at(g++);
+    c.phase[p] = {
+        k.in, static_cast<const WT*>(k.w.w), k.w.bias, k.w.group_scales(), k.w.output_scales(), k.M,
+        k.out};
   }
   if (!plan.ordered) {
-    launch_one_cluster<chain_kernel<WT, Core>>(plan.cluster, stream, c, core, core_items);
+    launch_one_cluster<chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);
   } else if constexpr (kChainsInOrder<WT>) {
-    launch_one_cluster<ordered_chain_kernel<WT, Core>>(plan.cluster, stream, c, core, core_items);
+    launch_one_cluster<ordered_chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);
   } else {
     throw std::logic_error("float32 GEMMs are not chained in the K-chunked order");
   }
@@ -154,46 +169,95 @@ __global__ void core_kernel(const Core core, const int64_t items) {
   if (i < items) core(i);
 }
 
-// The chain's launch when it begins with a core: the kernel for its GEMMs' weight type; false
-// for a type it has none for (then the core runs alone and the GEMMs as a chain of their own).
-using ChainLauncher =
-    std::function<bool(cudaStream_t, const ChainPlan&, const std::vector<KeptGemm>&)>;
+constexpr int kCoreThreads = 128;  // a core's block on its own
+
+template <typename Core>
+void launch_core_alone(cudaStream_t stream, const Core& core, int64_t items) {
+  launch_kernel(core_kernel<Core>, ceil_div(items, kCoreThreads), kCoreThreads, 0, stream, core,
+                items);
+}
+
+// The cores a run has kept, all of one type (ChainCoresOf<Core>, made by launch_core), type-erased
+// for gemm_chain.cu.
+class ChainCores {
+ public:
+  virtual ~ChainCores() = default;
+  // One tag per core type: a run keeps cores of one type (the kernel is a template on it).
+  virtual const void* type() const = 0;
+  // Whether a chain kernel with these cores exists for GEMMs of `weights` in that order.
+  virtual bool joins(CudaWeightType weights, bool ordered) const = 0;
+  virtual int size() const = 0;
+  // Keeps `core` (a Core of this type) over `items`.
+  virtual void add(const void* core, int64_t items) = 0;
+  // Core i on its own kernel.
+  virtual void launch_alone(cudaStream_t stream, int i) const = 0;
+  // The chain: its GEMMs (of a type it joins) and these cores.
+  virtual void launch(cudaStream_t stream, const ChainPlan& plan,
+                      const std::vector<KeptGemm>& kept) const = 0;
+};
+
+template <typename Core>
+const void* core_type_tag() {
+  static const char tag = 0;
+  return &tag;
+}
+
+template <typename Core>
+class ChainCoresOf final : public ChainCores {
+ public:
+  const void* type() const override { return core_type_tag<Core>(); }
+  // float32, float16 and bfloat16 weights (float16 and bfloat16 in the K-chunked order:
+  // kChainsInOrder): each core's chain kernel for five weight types would add a minute to a
+  // build on two cores; int8 and int4 models chain their GEMMs without the cores.
+  bool joins(CudaWeightType w, bool ordered) const override {
+    return (w == CudaWeightType::kF32 && !ordered) || w == CudaWeightType::kF16 ||
+           w == CudaWeightType::kBF16;
+  }
+  int size() const override { return n_; }
+  void add(const void* core, int64_t items) override {
+    list_.core[n_] = *static_cast<const Core*>(core);
+    list_.items[n_++] = items;
+  }
+  void launch_alone(cudaStream_t stream, int i) const override {
+    launch_core_alone(stream, list_.core[i], list_.items[i]);
+  }
+  void launch(cudaStream_t stream, const ChainPlan& plan,
+              const std::vector<KeptGemm>& kept) const override {
+    const CudaWeightType w = kept.at(0).w.type;
+    if (w == CudaWeightType::kF32 && !plan.ordered)
+      return launch_chain<float>(stream, plan, kept, list_);
+    if (w == CudaWeightType::kF16) return launch_chain<__half>(stream, plan, kept, list_);
+    if (w == CudaWeightType::kBF16) return launch_chain<__nv_bfloat16>(stream, plan, kept, list_);
+    throw std::logic_error("no chain kernel for these cores' GEMMs");
+  }
+
+ private:
+  CoreList<Core> list_{};
+  int n_ = 0;
+};
+
 // Whether a GemmChainScope with the option on is open on this thread.
 bool chain_open();
-// Makes the core the start of a new chain in the open scope (the run kept so far launched first);
-// `alone` launches it by itself if no GEMM joins it.
-void chain_core(cudaStream_t stream, std::function<void(cudaStream_t)> alone,
-                ChainLauncher chained);
-
-constexpr int kCoreThreads = 128;  // a core's block on its own
+// Keeps the core (of the type `type`, `make` makes its list) in the open scope's run — where the
+// run can take it (its cores' type, its GEMMs' weights, room), else as the start of a new run.
+void chain_core(cudaStream_t stream, const void* type,
+                const std::function<std::unique_ptr<ChainCores>()>& make, const void* core,
+                int64_t items);
 
 }  // namespace gemm_chain
 
 // core(i) for i = 0 … items − 1, each independent of the others (a mixer's element-wise core:
 // one call per sequence and channel): on its own as one thread per item, or with the option on
-// (≤ 8 rows) as the start of a GEMM chain, so that the projections after it run in the same
-// kernel. `Core` is a copyable functor with __device__ operator()(int64_t).
+// (≤ 8 rows) as a phase of a GEMM chain, so that the projections after it — and the next layer's
+// core and projections — run in the same kernel. `Core` is a copyable functor with
+// __device__ operator()(int64_t).
 template <typename Core>
 void launch_core(cudaStream_t stream, const Core& core, int64_t items) {
-  auto alone = [core, items](cudaStream_t s) {
-    launch_kernel(gemm_chain::core_kernel<Core>, ceil_div(items, gemm_chain::kCoreThreads),
-                  gemm_chain::kCoreThreads, 0, s, core, items);
-  };
-  if (!gemm_chain::chain_open()) return alone(stream);
-  // float32, float16 and bfloat16 weights only: every core's kernel for five weight types would
-  // add a minute to a build on two cores; int8 and int4 models chain their GEMMs without it.
-  auto chained = [core, items](cudaStream_t s, const ChainPlan& plan,
-                               const std::vector<gemm_chain::KeptGemm>& kept) {
-    using gemm_chain::launch_chain;
-    const CudaWeightType type = kept.at(0).w.type;
-    if (type == CudaWeightType::kF32) launch_chain<float, Core>(s, plan, kept, core, items);
-    if (type == CudaWeightType::kF16) launch_chain<__half, Core>(s, plan, kept, core, items);
-    if (type == CudaWeightType::kBF16)
-      launch_chain<__nv_bfloat16, Core>(s, plan, kept, core, items);
-    return type == CudaWeightType::kF32 || type == CudaWeightType::kF16 ||
-           type == CudaWeightType::kBF16;
-  };
-  gemm_chain::chain_core(stream, alone, chained);
+  using namespace gemm_chain;
+  if (!chain_open()) return launch_core_alone(stream, core, items);
+  chain_core(
+      stream, core_type_tag<Core>(), [] { return std::make_unique<ChainCoresOf<Core>>(); }, &core,
+      items);
 }
 
 }  // namespace mixserve::cuda

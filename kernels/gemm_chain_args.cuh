@@ -1,6 +1,6 @@
 // What both GEMM-chain kernels (gemm_chain.cuh: one FMA chain per output; gemm_chain_ordered.cuh:
-// the K-chunked order) take: the plan, each kept GEMM's operands, and the core that may begin the
-// chain, run the same way by both.
+// the K-chunked order) take: the plan, each kept GEMM's operands, and the cores of the chain's core
+// phases, run the same way by both.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +47,19 @@ __device__ __forceinline__ void run_core(const Core& core, int64_t items) {
       core(i);
   }
 }
+
+// The chain's cores, in the order of their phases: the i-th core phase runs core[i] over items[i]
+// (kernel parameters, as ChainArgs; one core type a chain).
+template <typename Core>
+struct CoreList {
+  Core core[kChainMaxCores];
+  int64_t items[kChainMaxCores];
+  __device__ void run(int i) const { run_core(core[i], items[i]); }
+};
+template <>
+struct CoreList<NoCore> {
+  __device__ void run(int) const {}
+};
 
 }  // namespace gemm_chain
 }  // namespace mixserve::cuda

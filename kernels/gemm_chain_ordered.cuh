@@ -28,7 +28,8 @@ static_assert(ordered_chunk::kRows == kChainRows, "the plan's rows are the chunk
 
 // The weight types this kernel takes: a thread holds a chunk's 64 weights in registers (32 for
 // 16-bit weights, 16 for int8, 8 for int4), and float32's 64 put a kernel with a core over the
-// register budget (140–150 of 128), so float32 GEMMs in this order run one by one (gemv_ordered.cu).
+// register budget (140–150 of 128), so float32 GEMMs in this order run one by one
+// (gemv_ordered.cu).
 template <typename WT>
 constexpr bool kChainsInOrder = !std::is_same_v<WT, float>;
 inline bool chains_in_order(CudaWeightType type) {
@@ -49,23 +50,33 @@ __device__ __forceinline__ void load_ordered_chunk(const ChainArgs<WT>& c, int p
 
 template <typename WT, typename Core>
 __global__ void __launch_bounds__(kChainThreads, 1)
-    ordered_chain_kernel(const ChainArgs<WT> c, const Core core, const int64_t core_items) {
+    ordered_chain_kernel(const ChainArgs<WT> c, const CoreList<Core> cores) {
   auto w = kernel_prologue_into<ordered_chunk::HeldChunk<WT>>([&](auto& held) {
-    if (c.early_weights) load_ordered_chunk(c, 0, blockIdx.x, 0, held);
+    const int first = c.plan.first_from(blockIdx.x, 0).phase;
+    if (c.early_weights && first < c.plan.phases) load_ordered_chunk(c, first, blockIdx.x, 0, held);
   });
   const ChainPlan& plan = c.plan;
   const int b = blockIdx.x;
-  if (!c.early_weights) load_ordered_chunk(c, 0, b, 0, w);
+  int loaded = c.early_weights ? plan.first_from(b, 0).phase : -1;  // the phase w holds
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   __shared__ __align__(16) float smem[kChainOrderedSmemFloats];
   __shared__ float stats[2 * kChainRows];
   float* As = smem;
   float* sums = smem + kChainRows * kChainOrderedRowFloats;  // [T·C items][kChainRows]
-  run_core(core, core_items);
+  int core = 0;                                              // core phases so far
   for (int p = 0; p < plan.phases; ++p) {
-    if (p > 0) load_ordered_chunk(c, p, b, 0, w);  // in flight across the barrier
-    // The core's or the previous GEMM's outputs written and its inputs read.
-    if (p > 0 || !std::is_same_v<Core, NoCore>) cluster.sync();
+    // This block's next GEMM's weights, in flight across the barrier (no kernel writes them).
+    const int next = plan.first_from(b, p).phase;
+    if (next < plan.phases && next != loaded) {
+      load_ordered_chunk(c, next, b, 0, w);
+      loaded = next;
+    }
+    // The previous phase's outputs written and its inputs read.
+    if (p > 0) cluster.sync();
+    if (plan.is_core(p)) {
+      cores.run(core++);
+      continue;
+    }
     const int owned = plan.owned_tiles(p, b);
     if (owned == 0) continue;  // no tile here: on to the next barrier
     const ChainPhase<WT>& ph = c.phase[p];

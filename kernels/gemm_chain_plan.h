@@ -8,6 +8,10 @@
 // thread-block cluster, a cluster barrier (hardware, no kernel boundary) between each GEMM and the
 // next, so a layer becomes its mixer's core kernels and one chain.
 //
+// Phases are GEMMs and, between them, cores: a mixer's element-wise core (gemm_chain.cuh's
+// launch_core), so a chain may run layer after layer — a batch-1 step of aft_simple is one chain
+// from the first layer's core to the last layer's fc2.
+//
 // Work: GEMM (phase) p has n[p] outputs in 32-output tiles and K = k[p] in chunks of 128 (gemv.cu's
 // stages). Block b of the cluster takes the tiles t ≡ b (mod cluster) of every phase, so its work
 // is a list of steps (phase, tile, chunk): phase by phase, a tile's chunks in order. Each output
@@ -28,10 +32,13 @@
 
 namespace mixserve::cuda {
 
+// GEMMs and cores in one chain: a batch-1 step of the paper config's aft_simple is 91 (18 layers
+// of a core and four GEMMs, and the first layer's input projection).
+constexpr int kChainMaxPhases = 96;
+constexpr int kChainMaxCores = 24;    // cores in one chain (one a layer)
 constexpr int kChainTile = 32;        // outputs per tile (one warp's lanes, as gemv.cu)
 constexpr int kChainChunk = 128;      // K per step (gemv.cu's kChunk)
 constexpr int kChainRows = 8;         // M ≤ kChainRows (gemv.cu's kRows)
-constexpr int kChainMaxPhases = 8;    // GEMMs in one chain
 constexpr int kChainMaxTiles = 4;     // a phase's tiles per block, at most
 constexpr int kChainMaxChunks = 8;    // a phase's chunks of K (K ≤ 1,024), at most
 constexpr int kChainCluster = 8;      // blocks: sm_90's portable cluster size
@@ -43,6 +50,10 @@ struct ChainStep {
   int phase;
   int tile;   // the phase's outputs [32·tile, 32·tile + 32)
   int chunk;  // its K range [128·chunk, 128·chunk + 128)
+};
+// Block b's step `local` of phase `phase` (a position in its walk).
+struct ChainCursor {
+  int phase, local;
 };
 
 struct ChainPlan {
@@ -57,7 +68,8 @@ struct ChainPlan {
   // Outputs a tile: one warp's lanes; in the K-chunked order as many as the block's threads hold
   // with all their chunks, fewer where that would leave a block without a tile.
   MIXSERVE_HD constexpr int tile_outputs_of(int n_, int k_) const {
-    return ordered ? min_of(kChainThreads / sum_chunks(k_), ceil_div(n_, cluster)) : kChainTile;
+    return ordered && k_ > 0 ? min_of(kChainThreads / sum_chunks(k_), ceil_div(n_, cluster))
+                             : kChainTile;
   }
   MIXSERVE_HD constexpr int tile_outputs(int p) const { return tile_outputs_of(n[p], k[p]); }
   MIXSERVE_HD constexpr int tiles(int p) const { return ceil_div(n[p], tile_outputs(p)); }
@@ -76,7 +88,21 @@ struct ChainPlan {
   MIXSERVE_HD constexpr ChainStep step(int b, int s) const {
     int p = 0;
     while (s >= steps(p, b)) s -= steps(p++, b);
-    return ChainStep{p, b + s / chunks(p) * cluster, s % chunks(p)};
+    return at(b, {p, s});
+  }
+  MIXSERVE_HD constexpr ChainStep at(int b, ChainCursor c) const {
+    return ChainStep{c.phase, b + c.local / chunks(c.phase) * cluster, c.local % chunks(c.phase)};
+  }
+  // The step after `c` in block b's walk (the kernel's way through it: step(b, s) walks the phases
+  // from the first each time): phase `phases` when none is left.
+  MIXSERVE_HD constexpr ChainCursor next(int b, ChainCursor c) const {
+    return c.local + 1 < steps(c.phase, b) ? ChainCursor{c.phase, c.local + 1}
+                                           : first_from(b, c.phase + 1);
+  }
+  // Block b's first step in phase p or after it.
+  MIXSERVE_HD constexpr ChainCursor first_from(int b, int p) const {
+    while (p < phases && steps(p, b) == 0) ++p;
+    return {p, 0};
   }
   MIXSERVE_HD constexpr bool last_chunk(const ChainStep& st) const {
     return st.chunk + 1 == chunks(st.phase);
@@ -92,6 +118,11 @@ struct ChainPlan {
     k[phases] = k_;
     ++phases;
   }
+  // A core's phase (a mixer's element-wise core: no GEMM, no steps), run between the barriers
+  // around it; the chain's i-th core phase runs its i-th core.
+  MIXSERVE_HD constexpr bool takes_core() const { return phases < kChainMaxPhases; }
+  MIXSERVE_HD constexpr void add_core() { add(0, 0); }
+  MIXSERVE_HD constexpr bool is_core(int p) const { return n[p] == 0; }
 
   // The K-chunked order's layout: thread i of tile t of phase p sums chunk ordered_chunk(p, i) of
   // output ordered_output(p, t, i) (when i < T·C and the output < n[p]); the combine's thread e

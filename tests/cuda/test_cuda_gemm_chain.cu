@@ -192,10 +192,11 @@ struct AffineCore {
   __device__ void operator()(int64_t i) const { y[i] = __fmaf_rn(0.5f, x[i], 1.0f); }
 };
 
-// A core, then two projections reading what it wrote (the second adding to x): one kernel with the
-// option on, the same bits as the core's own kernel and two GEMMs; a core with no GEMM after it
-// (the run ends at a kernel launch) runs alone. In either order (float32 in the K-chunked order
-// chains nothing: chains_in_order).
+// A core, two projections reading what it wrote (the second adding to x), a second core reading
+// that (the next layer's) and a projection reading what it wrote: one kernel with the option on,
+// the cores as phases between the GEMMs, the same bits as each core's own kernel and the GEMMs one
+// by one. In either order; float32 in the K-chunked order chains nothing (chains_in_order), and
+// with int8 and int4 weights the cores run alone and the first two GEMMs as a chain.
 void check_core_chain(CudaWeightType type, bool ordered) {
   std::mt19937 rng(77);
   const int d = 128, c = 512, R = kChainRows;
@@ -224,7 +225,8 @@ void check_core_chain(CudaWeightType type, bool ordered) {
         launch_core(nullptr, AffineCore{in.get(), y.get()}, int64_t{M} * d);
         gemm(nullptr, rows_of(y.get(), d), fc1, M, to(hidden.get(), c, Epi::kStore, Act::kRelu));
         gemm(nullptr, rows_of(hidden.get(), c), fc2, M, to(x.get(), d, Epi::kAdd));
-        launch_core(nullptr, AffineCore{x.get(), in.get()}, int64_t{M} * d);  // alone
+        launch_core(nullptr, AffineCore{x.get(), in.get()}, int64_t{M} * d);  // a later layer's
+        gemm(nullptr, rows_of(in.get(), d), fc1, M, to(hidden.get(), c, Epi::kStore, Act::kRelu));
         layer_norm(nullptr, in.get(), M, d, norm, y.get());  // a kernel: ends the run
         chains.flush();
       }

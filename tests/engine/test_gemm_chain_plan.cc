@@ -23,8 +23,22 @@ namespace {
 
 // Chains of (n, k): the paper config's layer tail (output projection, fc1, fc2, the next input
 // projection), the golden fixtures' (d 32), odd shapes, phases with fewer tiles than blocks.
+// {0, 0} is a core's phase: the paper config's batch-1 step of aft_simple (the first layer's
+// input projection, then a core and four projections a layer), and a chain starting and ending
+// with cores.
+std::vector<std::pair<int, int>> paper_step(int layers) {
+  std::vector<std::pair<int, int>> phases = {{384, 128}};
+  for (int l = 0; l < layers; ++l)
+    for (auto nk : {std::pair{0, 0}, {128, 128}, {512, 128}, {128, 512}, {384, 128}})
+      phases.push_back(nk);
+  phases.pop_back();  // the last layer has no next input projection
+  return phases;
+}
+
 const std::vector<std::vector<std::pair<int, int>>> kChains = {
     {{128, 128}, {512, 128}, {128, 512}, {384, 128}},
+    paper_step(18),
+    {{0, 0}, {32, 32}, {0, 0}, {0, 0}, {64, 32}, {0, 0}},
     {{32, 32}, {64, 32}, {32, 64}, {96, 32}},
     {{97, 100}, {1000, 97}, {5, 1000}, {33, 5}, {1, 1}},
     {{1024, 1024}, {256, 1024}},
@@ -36,6 +50,11 @@ ChainPlan plan_of(const std::vector<std::pair<int, int>>& chain, int cluster,
   plan.cluster = cluster;
   plan.ordered = ordered;
   for (auto [n, k] : chain) {
+    if (n == 0) {  // a core's phase
+      EXPECT_TRUE(plan.takes_core());
+      plan.add_core();
+      continue;
+    }
     EXPECT_TRUE(plan.takes(n, k)) << "n " << n << " k " << k;
     plan.add(n, k);
   }
@@ -67,6 +86,18 @@ TEST(GemmChainPlan, EveryTileChunkIsOneStepInOrder) {
           last_tile = st.tile;
           last_chunk = st.chunk;
         }
+        // The kernel's cursor (first_from, next) walks the same steps in the same order.
+        int s = 0;
+        for (ChainCursor c = plan.first_from(b, 0); c.phase < plan.phases;
+             c = plan.next(b, c), ++s) {
+          ASSERT_LT(s, plan.steps(b));
+          ASSERT_FALSE(plan.is_core(c.phase));
+          const ChainStep want = plan.step(b, s), got = plan.at(b, c);
+          ASSERT_EQ(std::tie(want.phase, want.tile, want.chunk),
+                    std::tie(got.phase, got.tile, got.chunk))
+              << "block " << b << " step " << s;
+        }
+        ASSERT_EQ(s, plan.steps(b)) << "block " << b;
       }
       size_t all = 0;
       for (int p = 0; p < plan.phases; ++p)
@@ -92,6 +123,7 @@ TEST(GemmChainPlan, TakesSmallProjectionsOnly) {
   EXPECT_FALSE(wide.takes(2304, 768));
   for (int p = 0; p < kChainMaxPhases; ++p) plan.add(128, 128);
   EXPECT_FALSE(plan.takes(128, 128)) << "a full chain takes no more";
+  EXPECT_FALSE(plan.takes_core());
   // The paper config's layer tail: block 0 has 1 + 2 + 4 + 2 steps, block 7 has 2 + 1.
   const ChainPlan tail = plan_of(kChains[0], kChainCluster);
   EXPECT_EQ(tail.steps(0), 1 + 2 + 4 + 2);
@@ -191,6 +223,7 @@ TEST(GemmChainPlan, TheKernelsWalkGivesTheSeparateGemmsBits) {
 // projection of 1,024 × 1,024 is 64 tiles of 16 outputs, 8 a block: too many.
 const std::vector<std::vector<std::pair<int, int>>> kOrderedChains = {
     {{128, 128}, {512, 128}, {128, 512}, {384, 128}},
+    paper_step(18),
     {{32, 32}, {64, 32}, {32, 64}, {96, 32}},
     {{97, 100}, {1000, 97}, {5, 1000}, {33, 5}, {1, 1}},
     {{1024, 256}, {256, 1024}},
@@ -201,6 +234,7 @@ TEST(GemmChainPlan, OrderedEveryChunkIsOneThreadsAndCombinedWhereItWasSummed) {
     for (const auto& chain : kOrderedChains) {
       const ChainPlan plan = plan_of(chain, cluster, true);
       for (int p = 0; p < plan.phases; ++p) {
+        if (plan.is_core(p)) continue;
         const int N = plan.n[p], C = sum_chunks(plan.k[p]), T = plan.tile_outputs(p);
         ASSERT_LE(plan.ordered_items(p), kChainThreads) << "a tile's items fit the block";
         ASSERT_EQ(plan.ordered_items(p), T * C);
