@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -171,6 +172,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   // Transport errors answer in the API's error shape and close the connection.
   void fail(int status, const std::string& message) {
     keep_alive_ = false;
+    linger_ = true;  // the client may still be sending what was refused
     ++serial_;
     responding_ = false;
     begun();
@@ -183,14 +185,28 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   void arm_read_timer(Duration timeout) {
     read_timed_out_ = false;
     read_timer_.expires_after(timeout);
-    read_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
-      if (ec || self->closed_) return;
+    wait_read_timer(++read_deadline_);
+  }
+  // At the deadline, cancels the read — and again every 20 ms until the read has ended: a
+  // composed read (async_read_header, async_read) is a series of reads from the socket, and a
+  // cancel that comes between two of them (the last one's bytes in, the next not yet asked for)
+  // finds nothing to cancel, so the next read waited on for a client that kept trickling (under
+  // load one such client in ~200 was never answered: reliability_slow_clients under ASan, and 200
+  // clients sending a byte every 2 ms, 2026-11-28). A handler of a deadline the read's end (or a
+  // new deadline) has retired does nothing, even if it was already queued when the timer was
+  // cancelled: it would cancel watch()'s read, which closes the connection.
+  void wait_read_timer(uint64_t deadline) {
+    read_timer_.async_wait([self = this->shared_from_this(), deadline](beast::error_code ec) {
+      if (ec || self->closed_ || deadline != self->read_deadline_) return;
       self->read_timed_out_ = true;
       beast::error_code ignored;
       beast::get_lowest_layer(self->stream_).socket().cancel(ignored);
+      self->read_timer_.expires_after(std::chrono::milliseconds(20));
+      self->wait_read_timer(deadline);
     });
   }
   bool read_timed_out(beast::error_code ec) {
+    ++read_deadline_;  // retired
     read_timer_.cancel();
     return ec == net::error::operation_aborted && read_timed_out_;
   }
@@ -321,10 +337,38 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     response_done_ = true;
     gone_ = nullptr;
     stream_res_.reset();
-    if (!keep_alive_) return close();
+    if (!keep_alive_) return linger_ && !watching_ ? linger() : close();
     if (buffer_.size() > 0 && !watching_) return read_header();  // a pipelined request is waiting
     beast::get_lowest_layer(stream_).expires_after(opts_.idle_timeout);
     watch();
+  }
+
+  // After an error that refused a request before its end (408, 413, 431, 400), the client may
+  // still be sending: closing with its bytes unread makes the kernel answer them with a reset,
+  // which can destroy the response before the client has read it (200 clients trickling a byte
+  // every 2 ms: 5–80 of them a round saw a reset instead of their 408, 2026-11-28). So the
+  // sending half is shut down first — the client reads the response, then its end — and what the
+  // client still sends is read and dropped until it closes too, for at most kLinger.
+  static constexpr std::chrono::seconds kLinger{2};
+  void linger() {
+    if (closed_) return;
+    beast::error_code ec;
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    read_timer_.expires_after(kLinger);
+    read_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (!ec) self->close();
+    });
+    drop_what_arrives();
+  }
+  void drop_what_arrives() {
+    auto scratch = std::make_shared<std::array<char, 4096>>();
+    beast::get_lowest_layer(stream_).socket().async_read_some(
+        net::buffer(*scratch),
+        [self = this->shared_from_this(), scratch](beast::error_code ec, size_t) {
+          if (ec || self->closed_) return self->close();  // its end (or the linger's): done
+          self->drop_what_arrives();
+        });
   }
 
   Stream stream_;
@@ -341,7 +385,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   std::shared_ptr<std::atomic<int>> unwritten_;
   uint64_t serial_ = 0;
   bool keep_alive_ = true, writing_ = false, watching_ = false, closed_ = false,
-       responding_ = false, response_done_ = false, read_timed_out_ = false, counted_ = false;
+       responding_ = false, response_done_ = false, read_timed_out_ = false, counted_ = false,
+       linger_ = false;
+  uint64_t read_deadline_ = 0;  // the read deadline's generation (wait_read_timer)
 };
 
 template <typename Stream>

@@ -2,7 +2,8 @@
 """Slow clients on HTTP (server with --header-timeout 2 --body-timeout 2):
 - slowloris: 40 connections trickling their headers a byte at a time, and 40 trickling a body,
   are each answered 408 and closed within the timeout (+ slack), while ordinary requests beside
-  them are served at once;
+  them are served at once; then 3 × 200 connections trickling a header a byte every 2 ms each
+  read their 408 (no hang, no reset);
 - a slow SSE reader (tiny receive buffer, not reading) with a large stream backed up in the
   server does not hold up 16 other streams; when it reads at last it gets every token;
 - a reader that never reads holds no engine state: its request finishes and its pages return
@@ -64,6 +65,48 @@ async def slowloris(port):
             problems.setdefault(f"{what} trickle cut off late (timeout {limit} s)", []).append(round(took, 2))
     assert not problems, problems
     print(f"80 trickling clients answered 408 within {max(r[0] for r in results):.2f} s ({time.monotonic() - t0:.2f} s)")
+
+
+async def fast_trickle(port):
+    """A byte every 2 ms into an endless header: the deadline's cancel then often comes between two
+    of the server's reads (and before 2026-11-28 was lost: ~1 client in 600 never answered), and
+    the client is still sending when the 408 is written (a close with its bytes unread answered
+    with a reset that could destroy the 408: 5-80 clients in 300). Each must read its 408."""
+
+    async def one():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        t0 = time.monotonic()
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+
+        async def send():
+            while True:
+                writer.write(b"a")
+                await writer.drain()
+                await asyncio.sleep(0.002)
+
+        sender = asyncio.ensure_future(send())
+        try:
+            answer = await asyncio.wait_for(reader.read(), 30)
+        except ConnectionError as e:
+            answer = f"{type(e).__name__}".encode()
+        except asyncio.TimeoutError:
+            answer = b"nothing in 30 s"
+        finally:
+            sender.cancel()
+            writer.close()
+        return time.monotonic() - t0, answer
+
+    for _ in range(3):
+        results = await asyncio.gather(*[one() for _ in range(200)])
+        problems = {}
+        for took, answer in results:
+            if mc.parse_response(answer)[0] != 408 or b"timeout_error" not in answer:
+                problems.setdefault(f"answered {answer[:60]!r}", []).append(round(took, 2))
+            elif not HEADER_TIMEOUT - 0.2 <= took <= HEADER_TIMEOUT + SLACK:
+                problems.setdefault("cut off late", []).append(round(took, 2))
+        assert not problems, problems
+    print(f"3 × 200 clients trickling a byte every 2 ms read their 408 within "
+          f"{max(r[0] for r in results):.2f} s")
 
 
 async def ordinary_during(port, busy):
@@ -234,6 +277,7 @@ async def main(binary):
         await busy
         print(f"{served} ordinary requests served during the slowloris")
         assert served >= 3
+        await fast_trickle(port)
         completed = served + await slow_reader(port)
         completed += await mc.serving(server)
         # the stalled reader's request finished in the engine though its client never read
