@@ -236,8 +236,6 @@ class ChainCoresOf final : public ChainCores {
   int n_ = 0;
 };
 
-// Whether a GemmChainScope with the option on is open on this thread.
-bool chain_open();
 // Keeps the core (of the type `type`, `make` makes its list) in the open scope's run — where the
 // run can take it (its cores' type, its GEMMs' weights, room), else as the start of a new run.
 void chain_core(cudaStream_t stream, const void* type,

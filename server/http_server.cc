@@ -348,8 +348,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   // which can destroy the response before the client has read it (200 clients trickling a byte
   // every 2 ms: 5–80 of them a round saw a reset instead of their 408, 2026-11-28). So the
   // sending half is shut down first — the client reads the response, then its end — and what the
-  // client still sends is read and dropped until it closes too, for at most kLinger.
+  // client still sends is read and dropped until it closes too, for at most kLinger and
+  // kLingerBytes (a client flooding the connection is cut off at once, as before).
   static constexpr std::chrono::seconds kLinger{2};
+  static constexpr size_t kLingerBytes = 256 << 10;
   void linger() {
     if (closed_) return;
     beast::error_code ec;
@@ -359,16 +361,16 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     read_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->close();
     });
-    drop_what_arrives();
+    drop_what_arrives(std::make_shared<std::array<char, 4096>>(), 0);
   }
-  void drop_what_arrives() {
-    auto scratch = std::make_shared<std::array<char, 4096>>();
-    beast::get_lowest_layer(stream_).socket().async_read_some(
-        net::buffer(*scratch),
-        [self = this->shared_from_this(), scratch](beast::error_code ec, size_t) {
-          if (ec || self->closed_) return self->close();  // its end (or the linger's): done
-          self->drop_what_arrives();
-        });
+  void drop_what_arrives(std::shared_ptr<std::array<char, 4096>> scratch, size_t dropped) {
+    auto& socket = beast::get_lowest_layer(stream_).socket();
+    socket.async_read_some(net::buffer(*scratch), [self = this->shared_from_this(), scratch,
+                                                   dropped](beast::error_code ec, size_t n) {
+      // Its end (or the linger's), or more than a slow client would have in flight: done.
+      if (ec || self->closed_ || dropped + n > kLingerBytes) return self->close();
+      self->drop_what_arrives(scratch, dropped + n);
+    });
   }
 
   Stream stream_;

@@ -1,6 +1,7 @@
 // Softmax attention on the GPU: RoPE and the K/V append, then one block per row and head over its
 // prefix (causal attention, so a prompt's rows run in parallel and each sees exactly the K/V a
-// decode step would), then the output projection added to the residual stream.
+// decode step would), then the output projection added to the residual stream. In a decode pass
+// with GEMM chains on, each block does its own head's RoPE and append first (rope_append_head).
 #include <algorithm>
 #include <cmath>
 
@@ -11,6 +12,14 @@
 namespace mixserve::cuda {
 
 namespace {
+
+// One rotate-half RoPE pair of a head, v[j] and v[j + half], by the angle of (position, j): with
+// explicit rounding, so both kernels that rotate (below) give the same bits.
+__device__ __forceinline__ void rotate_pair(float* v, int j, int half, float c, float sn) {
+  const float a = v[j], bb = v[j + half];
+  v[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, sn));
+  v[j + half] = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, sn));
+}
 
 // Rotates q and k of row r in place (rotate-half RoPE at the row's position) and appends k, v to
 // the state's token row `pos` (k at pos·2d, v at pos·2d + d).
@@ -24,16 +33,37 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
     const int half = h / 2;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {  // i: (q or k, head, pair) over 2·d/2
       const int which = i / (d / 2), rest = i % (d / 2), hd = rest / half, j = rest % half;
-      float* v = row + which * d + hd * h;
-      const float c = cos_t[pos * half + j], sn = sin_t[pos * half + j];
-      const float a = v[j], bb = v[j + half];
-      v[j] = a * c - bb * sn;
-      v[j + half] = bb * c + a * sn;
+      rotate_pair(row + which * d + hd * h, j, half, cos_t[pos * half + j], sin_t[pos * half + j]);
     }
     __syncthreads();
   }
   for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
     *pages.token_row(s, pos, 2 * d, i) = row[d + i];
+}
+
+// rope_append_kernel's work on head hd of row r alone — its q and k rotated in place, its k and v
+// appended — done by the block that attends for (r, hd) when every row of the pass is its
+// sequence's only row (a decode step: no other block reads this row's keys), so that with GEMM
+// chains a decode layer of attention is two kernels, its core and a chain. The same values in
+// the same places; the block's own writes are visible to it after the barrier.
+__device__ void rope_append_head(const DevBatch& b, const DevPages& pages, float* qkv, int d, int h,
+                                 int hd, int r, const float* cos_t, const float* sin_t) {
+  const int pos = b.row_pos[r], s = b.row_seq[r];
+  if (pages.padding_row(s)) return;  // as rope_append_kernel: neither rotated nor appended
+  float* row = qkv + static_cast<int64_t>(r) * 3 * d;
+  if (cos_t) {
+    const int half = h / 2;
+    for (int i = threadIdx.x; i < h; i += blockDim.x) {  // i: (q or k, pair)
+      const int which = i / half, j = i % half;
+      rotate_pair(row + which * d + hd * h, j, half, cos_t[pos * half + j], sin_t[pos * half + j]);
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < 2 * h; i += blockDim.x) {  // the head's k, then its v
+    const int e = (i < h ? 0 : d) + hd * h + i % h;         // its place in [k | v]
+    *pages.token_row(s, pos, 2 * d, e) = row[d + e];
+  }
+  __syncthreads();
 }
 
 // One block of kAttnWarps warps per (row, head): scores[j] = q·k_j / √h for j ≤ pos, softmax,
@@ -116,12 +146,15 @@ __device__ void weighted_values(const DevPages::Seq& kv, const float* w, int d, 
   }
 }
 
+// fold: rope_append_head first (decode rows only; rope_append_kernel has not run).
 __global__ void __launch_bounds__(kAttnWarps * 32)
-    attention_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h, float* out) {
+    attention_kernel(DevBatch b, DevPages pages, float* qkv, int d, int h, float* out, bool fold,
+                     const float* cos_t, const float* sin_t) {
   kernel_prologue();
   extern __shared__ float smem[];
   __shared__ float red[32];
   const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
+  if (fold) rope_append_head(b, pages, qkv, d, h, hd, r, cos_t, sin_t);
   const DevPages::Seq kv = pages.seq(s);
   float *q = smem, *part = smem + h, *sc = part + kAttnWarps * h;
   load_query(qkv, r, d, h, hd, q);
@@ -217,8 +250,12 @@ class CudaAttention : public CudaPart {
     const int rows = st.rows, d = d_;
     float* qkv = st.s.proj;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
-    launch_kernel(rope_append_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d, h_, cos_,
-                  sin_);
+    // A decode pass (every row its sequence's only row) with chains on: the attention kernel's
+    // blocks rotate and append their own heads (rope_append_head), one kernel fewer a layer.
+    const bool fold = splits_ == 0 && st.batch.n_seq == rows && gemm_chain::chain_open();
+    if (!fold)
+      launch_kernel(rope_append_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d, h_,
+                    cos_, sin_);
     if (splits_ > 0) {
       // Enough blocks for two a multiprocessor where the rows' splits allow; the grid does not
       // change a split's sums (a block takes whole splits), so any grid gives the same bits.
@@ -231,7 +268,7 @@ class CudaAttention : public CudaPart {
                     st.batch, st.s.partial, d, h_, keys_per_split_, splits_, st.s.mixed);
     } else {
       launch_kernel(attention_kernel, dim3(rows, n_), kAttnWarps * 32, smem_, st.stream, st.batch,
-                    st.pages, qkv, d, h_, st.s.mixed);
+                    st.pages, qkv, d, h_, st.s.mixed, fold, cos_, sin_);
     }
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
