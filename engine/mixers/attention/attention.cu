@@ -60,7 +60,7 @@ __device__ void rope_append_head(const DevBatch& b, const DevPages& pages, float
     __syncthreads();
   }
   for (int i = threadIdx.x; i < 2 * h; i += blockDim.x) {  // the head's k, then its v
-    const int e = (i < h ? 0 : d) + hd * h + i % h;         // its place in [k | v]
+    const int e = (i < h ? 0 : d) + hd * h + i % h;        // its place in [k | v]
     *pages.token_row(s, pos, 2 * d, e) = row[d + e];
   }
   __syncthreads();
