@@ -27,12 +27,11 @@ class GemmChain {
       // A run is of one stream, one order and one weight type, which its cores join.
       const bool fits =
           stream == stream_ &&
-          (kept_.empty() ? cores_->joins(w.type, ordered)
+          (kept_.empty() ? gemm_chain::cores_join(w.type, ordered)
                          : w.type == kept_[0].w.type && w.pipelined == kept_[0].w.pipelined &&
                                ordered == plan_.ordered);
-      ChainPlan probe = plan_;  // a run of cores so far takes either order
-      probe.ordered = ordered;
-      if (!fits || !probe.takes(w.n, w.k)) flush();
+      if (kept_.empty()) plan_.ordered = ordered;  // a run of cores so far takes either order
+      if (!fits || !plan_.takes(w.n, w.k)) flush();
     }
     plan_.ordered = ordered;
     if (!plan_.takes(w.n, w.k)) return false;  // too large for any chain
@@ -47,17 +46,11 @@ class GemmChain {
   void take_core(cudaStream_t stream, const void* type,
                  const std::function<std::unique_ptr<ChainCores>()>& make, const void* core,
                  int64_t items) {
-    const bool same = cores_ && cores_->type() == type;
-    std::unique_ptr<ChainCores> fresh = same ? nullptr : make();
-    const ChainCores& list = same ? *cores_ : *fresh;
-    const bool joins = !empty() && stream == stream_ && (!cores_ || same) && plan_.takes_core() &&
-                       list.size() < kChainMaxCores &&
-                       (kept_.empty() || list.joins(kept_[0].w.type, plan_.ordered));
-    if (!joins) {
-      flush();
-      if (!fresh) fresh = make();
-    }
-    if (fresh) cores_ = std::move(fresh);  // a new run, or one without cores so far
+    const bool joins = !empty() && stream == stream_ && plan_.takes_core() &&
+                       (!cores_ || (cores_->type() == type && cores_->size() < kChainMaxCores)) &&
+                       (kept_.empty() || gemm_chain::cores_join(kept_[0].w.type, plan_.ordered));
+    if (!joins) flush();
+    if (!cores_) cores_ = make();  // a new run, or one without cores so far
     stream_ = stream;
     cores_->add(core, items);
     plan_.add_core();

@@ -184,17 +184,25 @@ class ChainCores {
   virtual ~ChainCores() = default;
   // One tag per core type: a run keeps cores of one type (the kernel is a template on it).
   virtual const void* type() const = 0;
-  // Whether a chain kernel with these cores exists for GEMMs of `weights` in that order.
-  virtual bool joins(CudaWeightType weights, bool ordered) const = 0;
   virtual int size() const = 0;
   // Keeps `core` (a Core of this type) over `items`.
   virtual void add(const void* core, int64_t items) = 0;
   // Core i on its own kernel.
   virtual void launch_alone(cudaStream_t stream, int i) const = 0;
-  // The chain: its GEMMs (of a type it joins) and these cores.
+  // The chain: its GEMMs (of a type cores_join takes) and these cores.
   virtual void launch(cudaStream_t stream, const ChainPlan& plan,
                       const std::vector<KeptGemm>& kept) const = 0;
 };
+
+// Whether cores join a chain of GEMMs with `weights` in that order (a chain kernel with cores
+// exists for them): float32, float16 and bfloat16 (float16 and bfloat16 in the K-chunked order:
+// chains_in_order) — each core's chain kernel for five weight types would add a minute to a build
+// on two cores; int8 and int4 models chain their GEMMs without the cores.
+inline bool cores_join(CudaWeightType weights, bool ordered) {
+  return (weights == CudaWeightType::kF32 || weights == CudaWeightType::kF16 ||
+          weights == CudaWeightType::kBF16) &&
+         (!ordered || chains_in_order(weights));
+}
 
 template <typename Core>
 const void* core_type_tag() {
@@ -206,13 +214,6 @@ template <typename Core>
 class ChainCoresOf final : public ChainCores {
  public:
   const void* type() const override { return core_type_tag<Core>(); }
-  // float32, float16 and bfloat16 weights (float16 and bfloat16 in the K-chunked order:
-  // kChainsInOrder): each core's chain kernel for five weight types would add a minute to a
-  // build on two cores; int8 and int4 models chain their GEMMs without the cores.
-  bool joins(CudaWeightType w, bool ordered) const override {
-    return (w == CudaWeightType::kF32 && !ordered) || w == CudaWeightType::kF16 ||
-           w == CudaWeightType::kBF16;
-  }
   int size() const override { return n_; }
   void add(const void* core, int64_t items) override {
     list_.core[n_] = *static_cast<const Core*>(core);
@@ -224,8 +225,7 @@ class ChainCoresOf final : public ChainCores {
   void launch(cudaStream_t stream, const ChainPlan& plan,
               const std::vector<KeptGemm>& kept) const override {
     const CudaWeightType w = kept.at(0).w.type;
-    if (w == CudaWeightType::kF32 && !plan.ordered)
-      return launch_chain<float>(stream, plan, kept, list_);
+    if (w == CudaWeightType::kF32) return launch_chain<float>(stream, plan, kept, list_);
     if (w == CudaWeightType::kF16) return launch_chain<__half>(stream, plan, kept, list_);
     if (w == CudaWeightType::kBF16) return launch_chain<__nv_bfloat16>(stream, plan, kept, list_);
     throw std::logic_error("no chain kernel for these cores' GEMMs");

@@ -1,7 +1,7 @@
 // Softmax attention on the GPU: RoPE and the K/V append, then one block per row and head over its
 // prefix (causal attention, so a prompt's rows run in parallel and each sees exactly the K/V a
 // decode step would), then the output projection added to the residual stream. In a decode pass
-// with GEMM chains on, each block does its own head's RoPE and append first (rope_append_head).
+// with GEMM chains on, each block does its own head's RoPE and append first (rope_append_heads).
 #include <algorithm>
 #include <cmath>
 
@@ -14,56 +14,42 @@ namespace mixserve::cuda {
 namespace {
 
 // One rotate-half RoPE pair of a head, v[j] and v[j + half], by the angle of (position, j): with
-// explicit rounding, so both kernels that rotate (below) give the same bits.
+// explicit rounding, so the two kernels that inline it (rope_append_kernel, and attention_kernel's
+// decode fold) give the same bits whatever contraction each would get.
 __device__ __forceinline__ void rotate_pair(float* v, int j, int half, float c, float sn) {
   const float a = v[j], bb = v[j + half];
   v[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, sn));
   v[j + half] = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, sn));
 }
 
-// Rotates q and k of row r in place (rotate-half RoPE at the row's position) and appends k, v to
-// the state's token row `pos` (k at pos·2d, v at pos·2d + d).
+// Rotates q and k of heads [hd0, hd0 + heads) of row r in place (rotate-half RoPE at the row's
+// position) and appends their k and v to the state's token row `pos` (k at pos·2d, v at
+// pos·2d + d). A padding row is neither rotated nor appended (it writes no state).
+__device__ void rope_append_heads(const DevBatch& b, const DevPages& pages, float* qkv, int d,
+                                  int h, int hd0, int heads, int r, const float* cos_t,
+                                  const float* sin_t) {
+  const int pos = b.row_pos[r], s = b.row_seq[r];
+  if (pages.padding_row(s)) return;
+  float* row = qkv + static_cast<int64_t>(r) * 3 * d;
+  if (cos_t) {
+    const int half = h / 2, pairs = heads * half;
+    for (int i = threadIdx.x; i < 2 * pairs; i += blockDim.x) {  // i: (q or k, head, pair)
+      const int which = i / pairs, rest = i % pairs, hd = hd0 + rest / half, j = rest % half;
+      rotate_pair(row + which * d + hd * h, j, half, cos_t[pos * half + j], sin_t[pos * half + j]);
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < 2 * heads * h; i += blockDim.x) {   // the heads' k, then their v
+    const int e = i / (heads * h) * d + hd0 * h + i % (heads * h);  // its place in [k | v]
+    *pages.token_row(s, pos, 2 * d, e) = row[d + e];
+  }
+}
+
+// Every head of row r, one block a row.
 __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d, int h,
                                    const float* cos_t, const float* sin_t) {
   kernel_prologue();
-  const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
-  if (pages.padding_row(s)) return;  // a padding row writes no state
-  float* row = qkv + static_cast<int64_t>(r) * 3 * d;
-  if (cos_t) {
-    const int half = h / 2;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {  // i: (q or k, head, pair) over 2·d/2
-      const int which = i / (d / 2), rest = i % (d / 2), hd = rest / half, j = rest % half;
-      rotate_pair(row + which * d + hd * h, j, half, cos_t[pos * half + j], sin_t[pos * half + j]);
-    }
-    __syncthreads();
-  }
-  for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
-    *pages.token_row(s, pos, 2 * d, i) = row[d + i];
-}
-
-// rope_append_kernel's work on head hd of row r alone — its q and k rotated in place, its k and v
-// appended — done by the block that attends for (r, hd) when every row of the pass is its
-// sequence's only row (a decode step: no other block reads this row's keys), so that with GEMM
-// chains a decode layer of attention is two kernels, its core and a chain. The same values in
-// the same places; the block's own writes are visible to it after the barrier.
-__device__ void rope_append_head(const DevBatch& b, const DevPages& pages, float* qkv, int d, int h,
-                                 int hd, int r, const float* cos_t, const float* sin_t) {
-  const int pos = b.row_pos[r], s = b.row_seq[r];
-  if (pages.padding_row(s)) return;  // as rope_append_kernel: neither rotated nor appended
-  float* row = qkv + static_cast<int64_t>(r) * 3 * d;
-  if (cos_t) {
-    const int half = h / 2;
-    for (int i = threadIdx.x; i < h; i += blockDim.x) {  // i: (q or k, pair)
-      const int which = i / half, j = i % half;
-      rotate_pair(row + which * d + hd * h, j, half, cos_t[pos * half + j], sin_t[pos * half + j]);
-    }
-    __syncthreads();
-  }
-  for (int i = threadIdx.x; i < 2 * h; i += blockDim.x) {  // the head's k, then its v
-    const int e = (i < h ? 0 : d) + hd * h + i % h;        // its place in [k | v]
-    *pages.token_row(s, pos, 2 * d, e) = row[d + e];
-  }
-  __syncthreads();
+  rope_append_heads(b, pages, qkv, d, h, 0, d / h, blockIdx.x, cos_t, sin_t);
 }
 
 // One block of kAttnWarps warps per (row, head): scores[j] = q·k_j / √h for j ≤ pos, softmax,
@@ -146,7 +132,6 @@ __device__ void weighted_values(const DevPages::Seq& kv, const float* w, int d, 
   }
 }
 
-// fold: rope_append_head first (decode rows only; rope_append_kernel has not run).
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(DevBatch b, DevPages pages, float* qkv, int d, int h, float* out, bool fold,
                      const float* cos_t, const float* sin_t) {
@@ -154,7 +139,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   extern __shared__ float smem[];
   __shared__ float red[32];
   const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
-  if (fold) rope_append_head(b, pages, qkv, d, h, hd, r, cos_t, sin_t);
+  // A decode pass with chains on: this block's own head first (rope_append_kernel has not run; no
+  // other block reads this row's keys), so a decode layer of attention is two kernels, this one
+  // and a chain. Its writes are visible to the block after the barrier.
+  if (fold) {
+    rope_append_heads(b, pages, qkv, d, h, hd, 1, r, cos_t, sin_t);
+    __syncthreads();
+  }
   const DevPages::Seq kv = pages.seq(s);
   float *q = smem, *part = smem + h, *sc = part + kAttnWarps * h;
   load_query(qkv, r, d, h, hd, q);
@@ -251,7 +242,7 @@ class CudaAttention : public CudaPart {
     float* qkv = st.s.proj;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(qkv, 3 * d));
     // A decode pass (every row its sequence's only row) with chains on: the attention kernel's
-    // blocks rotate and append their own heads (rope_append_head), one kernel fewer a layer.
+    // blocks rotate and append their own heads (rope_append_heads), one kernel fewer a layer.
     const bool fold = splits_ == 0 && st.batch.n_seq == rows && gemm_chain::chain_open();
     if (!fold)
       launch_kernel(rope_append_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d, h_,
