@@ -439,7 +439,10 @@ struct HttpServer::Impl {
   HttpErrorBody error_body;
   net::io_context ioc;
   std::optional<net::ssl::context> ssl;
-  tcp::acceptor acceptor{ioc};
+  // On a strand: its accept handlers and close_listener's closes (drain() posts one, stop()
+  // another) run on any of the I/O threads, and two at once on one acceptor raced (an ASan report
+  // inside acceptor.close() at a server's shutdown, CI 2026-11-28).
+  tcp::acceptor acceptor{net::make_strand(ioc)};
   std::vector<std::thread> threads;
   int bound_port = 0;
   std::mutex sessions_mu;
@@ -449,9 +452,10 @@ struct HttpServer::Impl {
   // session can outlive the server while a request's handle still holds it.
   std::shared_ptr<std::atomic<int>> unwritten = std::make_shared<std::atomic<int>>(0);
 
-  // Accepts no more connections (on an I/O thread: the acceptor is theirs while they run).
+  // Accepts no more connections (on the acceptor's strand: the acceptor is the I/O threads' while
+  // they run).
   void close_listener() {
-    net::post(ioc, [this] {
+    net::post(acceptor.get_executor(), [this] {
       beast::error_code ec;
       acceptor.close(ec);
     });
