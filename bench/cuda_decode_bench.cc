@@ -187,6 +187,7 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"block_tables", backend.block_tables()},
         {"split_attention", backend.split_attention()},
         {"pipelined_gemm", backend.pipelined_gemm()},
+        {"early_weights", backend.early_weights()},
         {"gemm_chains", backend.gemm_chains()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;

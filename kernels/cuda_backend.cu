@@ -120,7 +120,8 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false, dependent_launch = false, pipelined_gemm = false, gemm_chains = false;
+       ordered_sums = false, dependent_launch = false, pipelined_gemm = false, early_weights = false,
+       gemm_chains = false;
   int chain_cluster = 8;  // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
@@ -290,6 +291,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   dw.use_ordered_sums(m.ordered_sums);
   m.pipelined_gemm = env_switch("MIXSERVE_CUDA_PIPELINED", opts.pipelined_gemm);
   dw.use_pipelined(m.pipelined_gemm);
+  m.early_weights = env_switch("MIXSERVE_CUDA_EARLY_WEIGHTS", opts.early_weights);
+  dw.use_early_weights(m.early_weights);
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
   m.gemm_chains = env_switch("MIXSERVE_CUDA_GEMM_CHAINS", opts.gemm_chains);
   if (const char* c = std::getenv("MIXSERVE_CUDA_CHAIN_CLUSTER")) m.chain_cluster = std::atoi(c);
@@ -457,6 +460,9 @@ bool CudaBackend::dependent_launch() const {
 }
 bool CudaBackend::pipelined_gemm() const {
   return impl_->pipelined_gemm;
+}
+bool CudaBackend::early_weights() const {
+  return impl_->early_weights;
 }
 bool CudaBackend::gemm_chains() const {
   return impl_->gemm_chains;

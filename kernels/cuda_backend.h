@@ -73,11 +73,17 @@ struct CudaBackendOptions {
   // Projections the small-batch GEMM does not take (more than 8 rows, or small_batch_gemv off) on
   // kernels/gemm_pipelined.cu: the tiled kernel's tiles and bits, with K copied by cp.async
   // kPipelineStages − 1 steps ahead instead of one wait per step, and the first weights copied
-  // before the wait for the previous kernel (kernels/gemm_pipeline.h); the small-batch GEMM
-  // (gemv.cu) copies its first chunk of weights before that wait too. Not for int4 weights, nor
-  // in the K-chunked order. MIXSERVE_CUDA_PIPELINED=1|0 overrides. Off by default until it has
-  // passed on a GPU.
+  // before the wait for the previous kernel (kernels/gemm_pipeline.h). Not for int4 weights, nor
+  // in the K-chunked order. MIXSERVE_CUDA_PIPELINED=1|0 overrides. Off by default: its tests
+  // passed on an H200 (2026-11-28), but above 8 rows it was no faster (0.89–1.14× the tiled
+  // kernel's step at batch 64 and 256).
   bool pipelined_gemm = false;
+  // The small-batch GEMM (gemv.cu, ≤ 8 rows) and a GEMM chain copy their first chunk of weights
+  // before the wait for the previous kernel (dependent_launch): no kernel writes weights, so
+  // their load overlaps the previous kernel's tail. MIXSERVE_CUDA_EARLY_WEIGHTS=1|0 overrides.
+  // On by default since it passed on an H200 (2026-11-28, with pipelined_gemm) and took 2–12%
+  // off the batch-1 and batch-8 steps of every mixer (docs/cuda.md).
+  bool early_weights = true;
   // Forward passes of ≤ 8 rows (batch-1 decode) launch each run of consecutive small projections —
   // a mixer's output projection, the FFN's two, the next layer's input projection — together with
   // the element-wise mixer core before it (AFT's, RWKV's, the Extractors') as one kernel of one
@@ -128,6 +134,7 @@ class CudaBackend : public Backend {
   bool block_tables() const;
   bool split_attention() const;
   bool pipelined_gemm() const;
+  bool early_weights() const;
   bool gemm_chains() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;

@@ -89,9 +89,11 @@ struct DevMatrix {
   bool ordered_sums = false;
   // CUDA-core path where gemv.cu does not run: gemm_pipelined.cu's kernel (K in a cp.async
   // pipeline, weights copied before the wait for the previous kernel) instead of the tiled one —
-  // the same tiles and bits. Not for int4, nor with ordered_sums. gemv.cu then copies its first
-  // chunk of weights before that wait too.
+  // the same tiles and bits. Not for int4, nor with ordered_sums.
   bool pipelined = false;
+  // gemv.cu (and a GEMM chain beginning with this matrix) copies its first chunk of weights before
+  // the wait for the previous kernel (CudaBackendOptions::early_weights).
+  bool early_weights = false;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).
   const float* output_scales() const { return type == CudaWeightType::kInt8 ? scales : nullptr; }
@@ -112,6 +114,8 @@ class DeviceWeights {
   void use_ordered_sums(bool on) { ordered_sums_ = on; }
   // Matrices uploaded from now on use gemm_pipelined.cu where it applies (DevMatrix::pipelined).
   void use_pipelined(bool on) { pipelined_ = on; }
+  // Matrices uploaded from now on copy their first weights early (DevMatrix::early_weights).
+  void use_early_weights(bool on) { early_weights_ = on; }
   // Attention parts built from now on split their keys (CudaBackendOptions::split_attention).
   // Kept here, beside the GEMM choices, because every part's factory gets this object.
   void use_split_attention(bool on) { split_attention_ = on; }
@@ -135,7 +139,7 @@ class DeviceWeights {
  private:
   CudaWeightType type_;
   bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false, pipelined_ = false,
-       split_attention_ = false;
+       early_weights_ = false, split_attention_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

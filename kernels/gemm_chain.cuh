@@ -142,7 +142,7 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
   static_assert(sizeof(ChainArgs<WT>) + sizeof(CoreList<Core>) <= 32764, "kernel parameters");
   ChainArgs<WT> c{};
   c.plan = plan;
-  c.early_weights = !kept.empty() && kept[0].w.pipelined;
+  c.early_weights = !kept.empty() && kept[0].w.early_weights;
   size_t g = 0;  // the kept GEMMs, in the order of their phases
   for (int p = 0; p < plan.phases; ++p) {
     if (plan.is_core(p)) continue;

@@ -6,8 +6,8 @@
 // chain. In the K-chunked order each chunk of 64 terms of an output is a thread's own chain, so
 // a phase waits for 64 dependent FMAs whatever K, and every block's threads work at M = 1.
 //
-// Per phase, after the cluster barrier: each block copies the phase's M rows of A (layer-normed on
-// load) into shared memory, then for each tile it owns every thread sums its chunk for every row
+// Per phase, after the cluster barrier: each block copies the phase's M rows of A into shared
+// memory and layer-norms them there (ordered_chunk::copy_rows), then for each tile it owns every thread sums its chunk for every row
 // (ordered_chunk.cuh: the weights were loaded into registers before the barrier — no kernel writes
 // weights — so their round trip overlaps the previous phase's), writes the chunk sums to shared
 // memory, and one thread per (output, row) adds them (combine_chunks) and finishes the output:
@@ -84,12 +84,7 @@ __global__ void __launch_bounds__(kChainThreads, 1)
     const int row_floats = split_gemv_padded(K);
     PlainLoader a{ph.in, K, nullptr, nullptr};
     a.bind(stats, kChainRows);
-    a.prepare(0, kChainRows, M);
-    for (int e = threadIdx.x; e < M * K; e += kChainThreads) {
-      const int r = e / K, k = e % K;
-      As[r * row_floats + split_gemv_padded(k)] = a.load(r, r, k);
-    }
-    __syncthreads();  // the rows are in
+    ordered_chunk::copy_rows(a, As, row_floats, M, K);  // ends with a barrier: the rows are in
     for (int round = 0; round < owned; ++round) {
       const int t = b + round * plan.cluster, i = threadIdx.x;
       if (round > 0) load_ordered_chunk(c, p, b, round, w);

@@ -161,19 +161,31 @@ struct PlainLoader {
     inv = stats + bm;
   }
   __device__ int prepare(int m0, int bm, int M) {
-    if (!in.ln_w) return K;
+    prepare_from(
+        [&](int i) {
+          const float* x = row(m0 + i);
+          return [x](int k) { return x[k]; };
+        },
+        bm, M - m0);
+    return K;
+  }
+  // The norm's mean and inverse deviation of the block's rows i < min(bm, rows), term k of row i
+  // read as row_of(i)(k): from memory (prepare), or from a raw copy in shared memory — the same
+  // sums in the same order, so the same bits.
+  template <typename RowOf>
+  __device__ void prepare_from(const RowOf& row_of, int bm, int rows) {
+    if (!in.ln_w) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     for (int i = warp; i < bm; i += warps) {
-      const int r = m0 + i;
-      if (r >= M) continue;
-      const float* x = row(r);
+      if (i >= rows) continue;
+      const auto x = row_of(i);
       double s = 0;
       if (!in.ln_rms)  // an RMS norm does not centre: mean 0
-        for (int k = lane; k < K; k += 32) s += x[k];
+        for (int k = lane; k < K; k += 32) s += x(k);
       for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
       const double mu = s / K;
       double v = 0;
-      for (int k = lane; k < K; k += 32) v += (x[k] - mu) * (x[k] - mu);
+      for (int k = lane; k < K; k += 32) v += (x(k) - mu) * (x(k) - mu);
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
       if (lane == 0) {
         mean[i] = static_cast<float>(mu);
@@ -181,7 +193,6 @@ struct PlainLoader {
       }
     }
     __syncthreads();
-    return K;
   }
   __device__ const float* row(int r) const { return in.x + (in.rows ? in.rows[r] : r) * in.ldx; }
   __device__ float load(int i, int r, int k) const { return norm(i, k, row(r)[k]); }

@@ -35,17 +35,20 @@ constexpr GemmTile gemm_tile(int M, int N, int chunks, int multiprocessors) {
 // gemv_ordered.cu (M ≤ 8 in the K-chunked order): `per_output` threads share an output's chunks of
 // 64 (the chunk count rounded up to a power of two, at most 256: a thread takes chunks c, c +
 // per_output, ...), `outputs` outputs a block, `threads` = per_output · outputs, between 32 and
-// 256 — about 8 outputs a block, so a block's copy of the rows of A serves several outputs.
+// 256 — about 8 outputs a block, so a block's copy of the rows of A serves several outputs. A
+// block has kSplitGemvBlock threads: `groups` = 256 / threads copies of that shape, copy g summing
+// rows g, g + groups, ... (all its threads copy the rows and sum the norm's stats).
+constexpr int kSplitGemvBlock = 256;
 struct SplitGemvShape {
-  int per_output, outputs, threads;
+  int per_output, outputs, threads, groups;
 };
 MIXSERVE_HD constexpr SplitGemvShape split_gemv_shape(int K) {
   const int chunks = sum_chunks(K);
   int per_output = 1;
   while (per_output < chunks && per_output < 256) per_output *= 2;
   int threads = per_output * 8;
-  threads = threads < 32 ? 32 : threads > 256 ? 256 : threads;
-  return {per_output, threads / per_output, threads};
+  threads = threads < 32 ? 32 : threads > kSplitGemvBlock ? kSplitGemvBlock : threads;
+  return {per_output, threads / per_output, threads, kSplitGemvBlock / threads};
 }
 // Where term k of a row of A sits in that kernel's shared copy: 4 floats of padding after every
 // chunk, so the lanes reading chunks c, c + 1, ... (one 16-byte load each) hit distinct banks.

@@ -75,7 +75,7 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
     launch_kernel(gemv_kernel<WT>, blocks, kThreads, 0, stream, a, static_cast<const WT*>(w.w),
-                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out, w.pipelined);
+                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out, w.early_weights);
   });
 }
 

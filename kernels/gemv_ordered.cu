@@ -9,9 +9,11 @@
 // emulator's (ordered_dot, int8_output/int4_output with OrderedSum) and those of gemm.cu in the
 // same order at any M, so batch invariance and decode == prefill hold.
 //
-// The rows of A are layer-normed on load (PlainLoader, the tiled kernel's code) into shared memory
-// once per block, a chunk's 64 terms padded apart (split_gemv_padded) so a warp's 16-byte reads hit
-// distinct banks. It applies while they fit in 48 KB (M·K ≲ 11,500) and K is a multiple of 16 (32
+// The rows of A are copied into shared memory once per block and layer-normed there
+// (ordered_chunk::copy_rows: PlainLoader's arithmetic), a chunk's 64 terms padded apart
+// (split_gemv_padded) so a warp's 16-byte reads hit distinct banks. A block is 256 threads, the
+// shape's threads repeated for groups of rows (split_gemv_shape), so at M = 8 a thread sums its
+// chunk for one to four rows instead of eight. It applies while they fit in 48 KB (M·K ≲ 11,500) and K is a multiple of 16 (32
 // for int4: whole groups), so every 16 weights are one or two aligned vector loads; gemm() sends
 // the rest to the tiled kernel, which gives the same bits.
 #include "kernels/ordered_chunk.cuh"
@@ -25,7 +27,7 @@ using namespace ordered_chunk;
 constexpr int kSmemBytes = 48 * 1024;  // without opting in to more
 
 template <typename WT>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(kSplitGemvBlock, 1)
     gemv_ordered_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                         const float* __restrict__ group_scales,
                         const float* __restrict__ output_scales, int M, int N, int K,
@@ -35,25 +37,24 @@ __global__ void __launch_bounds__(256, 1)
   float* As = reinterpret_cast<float*>(smem4);
   __shared__ float stats[2 * kRows];
   a.bind(stats, kRows);
-  a.prepare(0, kRows, M);
   const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
-  for (int e = threadIdx.x; e < M * K; e += blockDim.x) {
-    const int r = e / K, k = e % K;
-    As[r * row_floats + split_gemv_padded(k)] = a.load(r, r, k);
-  }
+  copy_rows(a, As, row_floats, M, K);
   float* sums = As + M * row_floats;
-  __syncthreads();
 
-  const int j = threadIdx.x / shape.per_output, n = blockIdx.x * shape.outputs + j;
-  if (n < N) {
-    for (int c = threadIdx.x % shape.per_output; c < C; c += shape.per_output) {
+  // Thread t of row group g (rows g, g + groups, ...).
+  const int t = threadIdx.x % shape.threads, g = threadIdx.x / shape.threads;
+  const int j = t / shape.per_output, n = blockIdx.x * shape.outputs + j;
+  if (n < N && g < M) {
+    for (int c = t % shape.per_output; c < C; c += shape.per_output) {
       HeldChunk<WT> w;
       w.load(W, group_scales, n, c, K);
       float acc[kRows];
-      sum_rows(w, As, row_floats, c, K, M, acc);
+      sum_rows(w, As, row_floats, c, K, M, acc, g, shape.groups);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        if (r < M) sums[(j * C + c) * kRows + r] = acc[r];
+      for (int i = 0; i < kRows; ++i) {
+        const int r = g + i * shape.groups;
+        if (r < M) sums[(j * C + c) * kRows + r] = acc[i];
+      }
     }
   }
   __syncthreads();
@@ -79,7 +80,7 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
   const size_t smem = static_cast<size_t>(split_gemv_smem_floats(M, w.k)) * sizeof(float);
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
-    launch_kernel(gemv_ordered_kernel<WT>, ceil_div(w.n, shape.outputs), shape.threads, smem,
+    launch_kernel(gemv_ordered_kernel<WT>, ceil_div(w.n, shape.outputs), kSplitGemvBlock, smem,
                   stream, a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
                   w.output_scales(), M, w.n, w.k, shape, out);
   });

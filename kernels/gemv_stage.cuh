@@ -72,7 +72,7 @@ __device__ __forceinline__ float* stage_rows(int stage) {
 
 // The weight rows of outputs [n0, n0 + 32) ∩ [0, N) over chunk `chunk` of K into stage `stage`
 // by cp.async, one commit group. Weights only, which no kernel writes: it may run before the wait
-// for the previous kernel (CudaBackendOptions::pipelined_gemm).
+// for the previous kernel (CudaBackendOptions::early_weights).
 template <typename WT>
 __device__ void copy_weight_chunk(const WT* W, int N, int K, int n0, int chunk, int stage) {
   const int rows_here = min(kOutputs, N - n0);

@@ -197,6 +197,7 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
   m.small_batch_gemv = small_batch_gemv_;
   m.ordered_sums = ordered_sums_;
   m.pipelined = pipelined_;
+  m.early_weights = early_weights_;
   if (bias) m.bias = f32(bias, n);
   return m;
 }

@@ -72,14 +72,17 @@ struct HeldChunk {
   }
 };
 
-// acc[r] = the chunk's sum for row r < M: an FMA chain over its terms from +0. A's rows are in
-// shared memory, row r at As + r·row_floats, term k at split_gemv_padded(k).
+// acc[j] = the chunk's sum for row r0 + j·r_step (while < M): an FMA chain over its terms from
+// +0. A's rows are in shared memory, row r at As + r·row_floats, term k at split_gemv_padded(k).
+// Threads that share a chunk may split its rows (gemv_ordered.cu's row groups): each row's chain
+// is the same whichever thread runs it.
 template <typename WT>
 __device__ __forceinline__ void sum_rows(const HeldChunk<WT>& w, const float* As, int row_floats,
-                                         int c, int K, int M, float (&acc)[kRows]) {
+                                         int c, int K, int M, float (&acc)[kRows], int r0 = 0,
+                                         int r_step = 1) {
   const int len = chunk_end(c, K) - chunk_begin(c);
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  for (int j = 0; j < kRows; ++j) acc[j] = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSumChunk / kStep; ++s) {
     if (s * kStep >= len) break;
@@ -88,20 +91,59 @@ __device__ __forceinline__ void sum_rows(const HeldChunk<WT>& w, const float* As
     for (int e = 0; e < kStep; ++e) ws[e] = w.term(s * kStep + e);
     const int k0 = chunk_begin(c) + s * kStep;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kRows; ++j) {
+      const int r = r0 + j * r_step;
       if (r >= M) break;
       const float4* ar =
           reinterpret_cast<const float4*>(As + r * row_floats + split_gemv_padded(k0));
 #pragma unroll
       for (int i = 0; i < kStep / 4; ++i) {
         const float4 a = ar[i];
-        acc[r] = __fmaf_rn(a.x, ws[4 * i], acc[r]);
-        acc[r] = __fmaf_rn(a.y, ws[4 * i + 1], acc[r]);
-        acc[r] = __fmaf_rn(a.z, ws[4 * i + 2], acc[r]);
-        acc[r] = __fmaf_rn(a.w, ws[4 * i + 3], acc[r]);
+        acc[j] = __fmaf_rn(a.x, ws[4 * i], acc[j]);
+        acc[j] = __fmaf_rn(a.y, ws[4 * i + 1], acc[j]);
+        acc[j] = __fmaf_rn(a.z, ws[4 * i + 2], acc[j]);
+        acc[j] = __fmaf_rn(a.w, ws[4 * i + 3], acc[j]);
       }
     }
   }
+}
+
+// Rows 0…M−1 of A (a's rows, K terms each) into As — row r at As + r·row_floats, term k at
+// split_gemv_padded(k) — layer-normed when a norms, by all the block's threads. The raw terms are
+// copied first, kBatch loads in flight a thread, the norm's stats then summed from the copy and
+// the terms normed in place: one memory round trip where prepare() and a load() a term took three
+// (on the H200, 2026-11-28, a batch-8 step of gemv_ordered.cu's 32–64-thread blocks, which
+// summed the stats of 8 rows one after another from memory, was 1.6–2.9× the default path's).
+// The same values and stats as a.load(r, r, k) after a.prepare(0, kRows, M): the same bits.
+__device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_floats, int M, int K) {
+  constexpr int kBatch = 8;
+  const int total = M * K, threads = blockDim.x;
+  for (int e0 = threadIdx.x; e0 < total; e0 += threads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * threads;
+      if (e < total) v[u] = a.row(e / K)[e % K];
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * threads;
+      if (e < total) As[e / K * row_floats + split_gemv_padded(e % K)] = v[u];
+    }
+  }
+  __syncthreads();  // the raw rows are in
+  if (!a.in.ln_w) return;
+  a.prepare_from(
+      [&](int i) {
+        const float* x = As + i * row_floats;
+        return [x](int k) { return x[split_gemv_padded(k)]; };
+      },
+      kRows, M);  // ends with a barrier
+  for (int e = threadIdx.x; e < total; e += threads) {
+    float& v = As[e / K * row_floats + split_gemv_padded(e % K)];
+    v = a.norm(e / K, e % K, v);
+  }
+  __syncthreads();  // the normed rows are in
 }
 
 // Whether a matrix's chunks are whole steps of 16-byte loads (and int4 groups whole).

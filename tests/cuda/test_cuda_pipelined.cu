@@ -1,5 +1,6 @@
-// The pipelined GEMM (CudaBackendOptions::pipelined_gemm, kernels/gemm_pipelined.cu; gemv.cu with
-// its first weights copied before the wait at M ≤ 8) must give the tiled kernel's bits. Kernel
+// The pipelined GEMM (CudaBackendOptions::pipelined_gemm, kernels/gemm_pipelined.cu; and gemv.cu
+// with its first weights copied before the wait at M ≤ 8, early_weights) must give the tiled
+// kernel's bits. Kernel
 // level: float32, float16, bfloat16 and int8 weights, the paper config's and GPT-2-small's shapes
 // and odd ones (K off every BK, N off every tile), M from 1 to 256 (every tile shape), plain rows
 // and rows gathered and layer-normed on load — each output equal to gemm.cu's bit for bit. Model
@@ -39,6 +40,7 @@ void check(CudaWeightType type, int N, int K, bool norm, const std::vector<int>&
   DeviceWeights dw(type);
   dw.use_small_batch_gemv(false);  // every M through the tiled or the pipelined kernel
   dw.use_pipelined(true);
+  dw.use_early_weights(true);
   const DevMatrix pipelined = dw.matrix(w.data(), bias.data(), N, K);
   ASSERT_TRUE(pipelined.pipelined);
   DevMatrix tiled = pipelined;
@@ -114,7 +116,7 @@ class PipelinedGemmModel : public CudaFixtureTest {};
 
 // Prefill chunks of 12 rows and decode steps of 9 and 40 sequences: the pipelined kernel with the
 // option on, the tiled one off; decode of 3 sequences and a sequence decoding alone run gemv.cu
-// either way (with the option on its first weights copied before the wait).
+// either way (its first weights copied early on both sides: early_weights, the default).
 TEST_P(PipelinedGemmModel, SameBitsAsTheTiledKernel) {
   OptionBitsSchedule sch;
   sch.prefill = {{0, 12}};
@@ -127,6 +129,22 @@ TEST_P(PipelinedGemmModel, SameBitsAsTheTiledKernel) {
           fx_, [](CudaBackendOptions& o, bool on) { o.pipelined_gemm = on; },
           &CudaBackend::pipelined_gemm),
       {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16}, sch);
+  EXPECT_EQ(diff, "") << GetParam();
+}
+
+// early_weights (on by default) on and off: decode batches of 1…8 sequences run gemv.cu, its
+// first weights copied before the wait for the previous kernel or after it; the same bits.
+TEST_P(PipelinedGemmModel, EarlyWeightsGiveTheSameBits) {
+  OptionBitsSchedule sch;
+  sch.prefill = {{0, 5}, {5, 3}};
+  sch.batches = {1, 3, 8};
+  sch.seed = 22;
+  const std::string diff = option_bits_difference(
+      fx_,
+      option_maker(
+          fx_, [](CudaBackendOptions& o, bool on) { o.early_weights = on; },
+          &CudaBackend::early_weights),
+      {CudaWeightType::kF16, CudaWeightType::kInt8}, sch);
   EXPECT_EQ(diff, "") << GetParam();
 }
 

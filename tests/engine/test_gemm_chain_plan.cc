@@ -288,9 +288,11 @@ TEST(GemmChainPlan, OrderedTakesSmallProjectionsOnly) {
   EXPECT_TRUE(plan.takes(1024, 256));    // 64 outputs × 4 chunks a tile, 2 tiles a block
   EXPECT_FALSE(plan.takes(1024, 1024));  // 16 outputs × 16 chunks a tile: 8 tiles a block
   EXPECT_FALSE(plan.takes(128, 1025));   // a seventeenth chunk
-  EXPECT_FALSE(plan.takes(5000, 128));   // the logits
+  EXPECT_FALSE(plan.takes(5000, 128));   // the logits: 40 tiles of 128 outputs, 5 a block
   EXPECT_FALSE(plan.takes(2304, 768));   // GPT-2 small's qkv
   EXPECT_FALSE(plan.takes(0, 128));
+  plan.cluster = kChainMaxCluster;
+  EXPECT_TRUE(plan.takes(5000, 128)) << "the logits in a cluster of 16: 3 tiles a block";
 }
 
 std::vector<std::vector<float>> run_ordered(const ChainPlan& plan, const std::vector<Phase>& io,

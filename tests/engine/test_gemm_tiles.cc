@@ -50,20 +50,33 @@ TEST(GemmTiles, LargestTileThatCoversEveryMultiprocessor) {
         }
 }
 
-// gemv_ordered.cu's blocks: every chunk of every output is summed by exactly one thread, a block's
-// threads are whole warps (32–256), and its shared memory (A's rows, padded, and the chunk sums)
-// stays under the 48 KB the kernel applies within at the shapes it serves.
+// gemv_ordered.cu's blocks: every chunk of every output is summed for every row by exactly one
+// thread (the kernel's map: thread t of row group g takes rows g, g + groups, ...), a shape's
+// threads are whole warps (32–256) that fill the 256-thread block in whole groups, and its shared
+// memory (A's rows, padded, and the chunk sums) stays under the 48 KB the kernel applies within at
+// the shapes it serves.
 TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
   for (int K = 16; K <= 16384; K += 16) {
     const SplitGemvShape s = split_gemv_shape(K);
+    const int C = sum_chunks(K);
     ASSERT_EQ(s.threads, s.per_output * s.outputs) << K;
     ASSERT_TRUE(s.threads >= 32 && s.threads <= 256 && s.threads % 32 == 0) << K;
-    std::vector<int> seen(static_cast<size_t>(s.outputs) * sum_chunks(K), 0);
-    for (int t = 0; t < s.threads; ++t)
-      for (int c = t % s.per_output; c < sum_chunks(K); c += s.per_output)
-        ++seen[static_cast<size_t>(t / s.per_output) * sum_chunks(K) + c];
-    for (int v : seen) ASSERT_EQ(v, 1) << "K " << K;
+    ASSERT_EQ(s.threads * s.groups, kSplitGemvBlock) << K;
+    for (int M = 1; M <= 8; ++M) {
+      std::vector<int> seen(static_cast<size_t>(s.outputs) * C * M, 0);
+      for (int thread = 0; thread < kSplitGemvBlock; ++thread) {
+        const int t = thread % s.threads, g = thread / s.threads;
+        if (g >= M) continue;
+        for (int c = t % s.per_output; c < C; c += s.per_output)
+          for (int i = 0; i < 8; ++i) {
+            const int r = g + i * s.groups;
+            if (r < M) ++seen[(static_cast<size_t>(t / s.per_output) * C + c) * M + r];
+          }
+      }
+      for (int v : seen) ASSERT_EQ(v, 1) << "K " << K << " M " << M;
+    }
   }
+  EXPECT_EQ(split_gemv_shape(128).groups, 8);  // d = 128 at M = 8: a row a thread
   EXPECT_EQ(split_gemv_shape(128).outputs, 16);  // d = 128: 16 outputs, 2 threads each
   EXPECT_EQ(split_gemv_shape(512).outputs, 8);
   EXPECT_EQ(split_gemv_shape(4096).outputs, 4);  // 64 threads an output
