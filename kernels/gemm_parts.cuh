@@ -200,7 +200,11 @@ struct PlainLoader {
   // expression for every kernel that reads rows (gemm_pipelined.cu copies them raw first).
   __device__ float norm(int i, int k, float v) const {
     if (!in.ln_w) return v;
-    return fmaf((v - mean[i]) * inv[i], in.ln_w[k], in.ln_b ? in.ln_b[k] : 0.0f);
+    return norm_by(i, v, in.ln_w[k], in.ln_b ? in.ln_b[k] : 0.0f);
+  }
+  // The same with term k's norm weight and bias given (w = ln_w[k], b = ln_b[k] or 0).
+  __device__ float norm_by(int i, float v, float w, float b) const {
+    return fmaf((v - mean[i]) * inv[i], w, b);
   }
 };
 

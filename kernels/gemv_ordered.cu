@@ -26,35 +26,48 @@ using namespace ordered_chunk;
 
 constexpr int kSmemBytes = 48 * 1024;  // without opting in to more
 
+// This thread's place: thread t of row group g (rows g, g + groups, ...) sums chunk c of output
+// n — one chunk a thread (C ≤ per_output: gemv_ordered_applies) — when `sums`.
+struct Place {
+  int g, j, n, c;
+  bool sums;
+};
+__device__ __forceinline__ Place place_of(const SplitGemvShape& shape, int M, int N, int K) {
+  const int t = threadIdx.x % shape.threads, g = threadIdx.x / shape.threads;
+  const int j = t / shape.per_output, n = blockIdx.x * shape.outputs + j, c = t % shape.per_output;
+  return {g, j, n, c, n < N && g < M && c < sum_chunks(K)};
+}
+
 template <typename WT>
 __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     gemv_ordered_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                         const float* __restrict__ group_scales,
                         const float* __restrict__ output_scales, int M, int N, int K,
-                        SplitGemvShape shape, GemmOut out) {
-  kernel_prologue();
-  extern __shared__ float4 smem4[];  // A [M][split_gemv_padded(K)], then sums [outputs][C][kRows]
+                        SplitGemvShape shape, GemmOut out, bool early_weights, bool stage_norm) {
+  auto w = kernel_prologue_into<HeldChunk<WT>>([&](HeldChunk<WT>& held) {
+    // The thread's weights into registers first — no kernel writes them, so with early_weights
+    // before the wait for the previous kernel — in flight while the rows are copied.
+    const Place p = place_of(shape, M, N, K);
+    if (early_weights && p.sums) held.load(W, group_scales, p.n, p.c, K);
+  });
+  const Place p = place_of(shape, M, N, K);
+  const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
+  if (!early_weights && p.sums) w.load(W, group_scales, p.n, p.c, K);
+  // A [M][row_floats], the chunk sums [outputs][C][kRows], then the norm's weights and biases [2][K]
+  // when they fit (stage_norm: copied with the rows, one round trip for both).
+  extern __shared__ float4 smem4[];
   float* As = reinterpret_cast<float*>(smem4);
+  float* sums = As + M * row_floats;
   __shared__ float stats[2 * kRows];
   a.bind(stats, kRows);
-  const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
-  copy_rows(a, As, row_floats, M, K);
-  float* sums = As + M * row_floats;
-
-  // Thread t of row group g (rows g, g + groups, ...).
-  const int t = threadIdx.x % shape.threads, g = threadIdx.x / shape.threads;
-  const int j = t / shape.per_output, n = blockIdx.x * shape.outputs + j;
-  if (n < N && g < M) {
-    for (int c = t % shape.per_output; c < C; c += shape.per_output) {
-      HeldChunk<WT> w;
-      w.load(W, group_scales, n, c, K);
-      float acc[kRows];
-      sum_rows(w, As, row_floats, c, K, M, acc, g, shape.groups);
+  copy_rows(a, As, row_floats, M, K, stage_norm ? sums + shape.outputs * C * kRows : nullptr);
+  if (p.sums) {
+    float acc[kRows];
+    sum_rows(w, As, row_floats, p.c, K, M, acc, p.g, shape.groups);
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const int r = g + i * shape.groups;
-        if (r < M) sums[(j * C + c) * kRows + r] = acc[i];
-      }
+    for (int i = 0; i < kRows; ++i) {
+      const int r = p.g + i * shape.groups;
+      if (r < M) sums[(p.j * C + p.c) * kRows + r] = acc[i];
     }
   }
   __syncthreads();
@@ -70,19 +83,24 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
 
 bool gemv_ordered_applies(const DevMatrix& w, int M) {
   return w.ordered_sums && w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows &&
-         whole_steps(w) && split_gemv_smem_floats(M, w.k) * 4 <= kSmemBytes;
+         whole_steps(w) && sum_chunks(w.k) <= split_gemv_shape(w.k).per_output &&
+         split_gemv_smem_floats(M, w.k) * 4 <= kSmemBytes;
 }
 
 void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                               const GemmOut& out) {
   const PlainLoader a{in, w.k, nullptr, nullptr};
   const SplitGemvShape shape = split_gemv_shape(w.k);
-  const size_t smem = static_cast<size_t>(split_gemv_smem_floats(M, w.k)) * sizeof(float);
+  // The norm's weights and biases staged beside the rows where the 48 KB hold them too.
+  const int64_t floats = split_gemv_smem_floats(M, w.k),
+                staged = in.ln_w ? floats + 2 * int64_t{w.k} : floats;
+  const bool stage_norm = staged * 4 <= kSmemBytes;
+  const size_t smem = static_cast<size_t>(stage_norm ? staged : floats) * sizeof(float);
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
     launch_kernel(gemv_ordered_kernel<WT>, ceil_div(w.n, shape.outputs), kSplitGemvBlock, smem,
                   stream, a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
-                  w.output_scales(), M, w.n, w.k, shape, out);
+                  w.output_scales(), M, w.n, w.k, shape, out, w.early_weights, stage_norm);
   });
 }
 

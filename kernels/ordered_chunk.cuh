@@ -110,29 +110,41 @@ __device__ __forceinline__ void sum_rows(const HeldChunk<WT>& w, const float* As
 
 // Rows 0…M−1 of A (a's rows, K terms each) into As — row r at As + r·row_floats, term k at
 // split_gemv_padded(k) — layer-normed when a norms, by all the block's threads. The raw terms are
-// copied first, kBatch loads in flight a thread, the norm's stats then summed from the copy and
-// the terms normed in place: one memory round trip where prepare() and a load() a term took three
-// (on the H200, 2026-11-28, a batch-8 step of gemv_ordered.cu's 32–64-thread blocks, which
+// copied first, kBatch loads in flight a thread (with the norm's weights and biases into
+// norm_stage [2][K] when given: the same round trip), the norm's stats then summed from the copy
+// and the terms normed in place: one memory round trip where prepare() and a load() a term took
+// three (on the H200, 2026-11-28, a batch-8 step of gemv_ordered.cu's 32–64-thread blocks, which
 // summed the stats of 8 rows one after another from memory, was 1.6–2.9× the default path's).
 // The same values and stats as a.load(r, r, k) after a.prepare(0, kRows, M): the same bits.
-__device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_floats, int M, int K) {
+__device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_floats, int M, int K,
+                                          float* norm_stage = nullptr) {
   constexpr int kBatch = 8;
-  const int total = M * K, threads = blockDim.x;
-  for (int e0 = threadIdx.x; e0 < total; e0 += threads * kBatch) {
+  const GemmIn& in = a.in;
+  const bool stage = norm_stage && in.ln_w;
+  const int total = M * K, copies = stage ? total + 2 * K : total, threads = blockDim.x;
+  for (int e0 = threadIdx.x; e0 < copies; e0 += threads * kBatch) {
     float v[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int e = e0 + u * threads;
-      if (e < total) v[u] = a.row(e / K)[e % K];
+      if (e < total)
+        v[u] = a.row(e / K)[e % K];
+      else if (e < total + K)
+        v[u] = in.ln_w[e - total];
+      else if (e < copies)
+        v[u] = in.ln_b ? in.ln_b[e - total - K] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int e = e0 + u * threads;
-      if (e < total) As[e / K * row_floats + split_gemv_padded(e % K)] = v[u];
+      if (e < total)
+        As[e / K * row_floats + split_gemv_padded(e % K)] = v[u];
+      else if (e < copies)
+        norm_stage[e - total] = v[u];
     }
   }
   __syncthreads();  // the raw rows are in
-  if (!a.in.ln_w) return;
+  if (!in.ln_w) return;
   a.prepare_from(
       [&](int i) {
         const float* x = As + i * row_floats;
@@ -140,8 +152,9 @@ __device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_flo
       },
       kRows, M);  // ends with a barrier
   for (int e = threadIdx.x; e < total; e += threads) {
-    float& v = As[e / K * row_floats + split_gemv_padded(e % K)];
-    v = a.norm(e / K, e % K, v);
+    const int i = e / K, k = e % K;
+    float& v = As[i * row_floats + split_gemv_padded(k)];
+    v = stage ? a.norm_by(i, v, norm_stage[k], norm_stage[K + k]) : a.norm(i, k, v);
   }
   __syncthreads();  // the normed rows are in
 }
