@@ -188,6 +188,7 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"split_attention", backend.split_attention()},
         {"pipelined_gemm", backend.pipelined_gemm()},
         {"early_weights", backend.early_weights()},
+        {"early_epilogue", backend.early_epilogue()},
         {"gemm_chains", backend.gemm_chains()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;

@@ -120,7 +120,7 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false, dependent_launch = false, pipelined_gemm = false, early_weights = false,
+       ordered_sums = false, dependent_launch = false, pipelined_gemm = false, early_weights = false, early_epilogue = false,
        gemm_chains = false;
   int chain_cluster = 8;  // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
@@ -293,6 +293,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   dw.use_pipelined(m.pipelined_gemm);
   m.early_weights = env_switch("MIXSERVE_CUDA_EARLY_WEIGHTS", opts.early_weights);
   dw.use_early_weights(m.early_weights);
+  m.early_epilogue = env_switch("MIXSERVE_CUDA_EARLY_EPILOGUE", opts.early_epilogue);
+  dw.use_early_epilogue(m.early_epilogue);
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
   m.gemm_chains = env_switch("MIXSERVE_CUDA_GEMM_CHAINS", opts.gemm_chains);
   if (const char* c = std::getenv("MIXSERVE_CUDA_CHAIN_CLUSTER")) m.chain_cluster = std::atoi(c);
@@ -463,6 +465,9 @@ bool CudaBackend::pipelined_gemm() const {
 }
 bool CudaBackend::early_weights() const {
   return impl_->early_weights;
+}
+bool CudaBackend::early_epilogue() const {
+  return impl_->early_epilogue;
 }
 bool CudaBackend::gemm_chains() const {
   return impl_->gemm_chains;

@@ -84,6 +84,13 @@ struct CudaBackendOptions {
   // On by default since it passed on an H200 (2026-11-28, with pipelined_gemm) and took 2–12%
   // off the batch-1 and batch-8 steps of every mixer (docs/cuda.md).
   bool early_weights = true;
+  // The small-batch GEMM (gemv.cu) loads what finishing an output reads — its bias, the old value
+  // a residual epilogue adds to, the gate's aux operand, int8 output scales — right after the wait
+  // for the previous kernel, beside the weights and rows, instead of after the sum: one memory
+  // round trip less on the path of every batch-1 projection, the same bits (finish_with is
+  // finish's arithmetic). MIXSERVE_CUDA_EARLY_EPILOGUE=1|0 overrides. Off by default until it has
+  // passed on a GPU (the K-chunked order's gemv_ordered.cu always does it).
+  bool early_epilogue = false;
   // Forward passes of ≤ 8 rows (batch-1 decode) launch each run of consecutive small projections —
   // a mixer's output projection, the FFN's two, the next layer's input projection — together with
   // the element-wise mixer core before it (AFT's, RWKV's, the Extractors') as one kernel of one
@@ -135,6 +142,7 @@ class CudaBackend : public Backend {
   bool split_attention() const;
   bool pipelined_gemm() const;
   bool early_weights() const;
+  bool early_epilogue() const;
   bool gemm_chains() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;

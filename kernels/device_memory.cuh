@@ -94,6 +94,10 @@ struct DevMatrix {
   // gemv.cu (and a GEMM chain beginning with this matrix) copies its first chunk of weights before
   // the wait for the previous kernel (CudaBackendOptions::early_weights).
   bool early_weights = false;
+  // gemv.cu loads what finishing its outputs reads (bias, the old value an epilogue adds to, the
+  // aux operand, int8 output scales) right after the wait for the previous kernel instead of at
+  // the end (CudaBackendOptions::early_epilogue). gemv_ordered.cu always does.
+  bool early_epilogue = false;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).
   const float* output_scales() const { return type == CudaWeightType::kInt8 ? scales : nullptr; }
@@ -116,6 +120,8 @@ class DeviceWeights {
   void use_pipelined(bool on) { pipelined_ = on; }
   // Matrices uploaded from now on copy their first weights early (DevMatrix::early_weights).
   void use_early_weights(bool on) { early_weights_ = on; }
+  // Matrices uploaded from now on load their epilogue's operands early (DevMatrix::early_epilogue).
+  void use_early_epilogue(bool on) { early_epilogue_ = on; }
   // Attention parts built from now on split their keys (CudaBackendOptions::split_attention).
   // Kept here, beside the GEMM choices, because every part's factory gets this object.
   void use_split_attention(bool on) { split_attention_ = on; }
@@ -139,7 +145,7 @@ class DeviceWeights {
  private:
   CudaWeightType type_;
   bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false, pipelined_ = false,
-       early_weights_ = false, split_attention_ = false;
+       early_weights_ = false, early_epilogue_ = false, split_attention_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

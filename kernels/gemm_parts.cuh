@@ -121,30 +121,77 @@ __device__ __forceinline__ float activate(float v, Act act) {
   }
 }
 
-// Bias, activation and epilogue of one output: the same code for every tile shape, with explicit
-// rounding (no contraction into FMAs that could differ between instantiations).
-__device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int r, int n,
-                                       float acc) {
-  float v = __fadd_rn(acc, bias ? bias[n] : 0.0f);
-  v = activate(v, o.act);
+// What finishing output (r, n) reads besides its sum: the bias, the output's old value (the
+// epilogues that add to it), the aux operand, the int8 output scale. The small-batch kernels load
+// it ahead (finish_inputs right after the wait for the previous kernel, finish_with at the end),
+// so its memory round trip overlaps the sum instead of following it; finish() loads it last.
+struct FinishInputs {
+  float bias = 0.0f, old = 0.0f, aux = 0.0f, scale = 1.0f;
+  bool scaled = false;
+};
+__device__ __forceinline__ bool adds_to_old(Epi e) {
+  return e == Epi::kAdd || e == Epi::kAddMulAux || e == Epi::kAddSigmoidMulAux;
+}
+__device__ __forceinline__ bool reads_aux(Epi e) {
+  return e == Epi::kMulAux || e == Epi::kAddMulAux || e == Epi::kAddSigmoidMulAux;
+}
+__device__ __forceinline__ FinishInputs finish_inputs(const GemmOut& o, const float* bias,
+                                                      const float* output_scales, int r, int n) {
+  FinishInputs f;
+  if (bias) f.bias = bias[n];
+  if (adds_to_old(o.epi)) f.old = o.y[r * o.ldy + n];
+  if (reads_aux(o.epi)) f.aux = o.aux[r * o.ldaux + n];
+  if (output_scales) {
+    f.scale = output_scales[n];
+    f.scaled = true;
+  }
+  return f;
+}
+
+// The epilogue of one output once its value v is final: old() and aux() give the output's old
+// value and the aux operand where the epilogue reads them (finish loads them there, finish_with
+// passes what finish_inputs loaded). Explicit rounding: no contraction into FMAs that could
+// differ between instantiations.
+template <typename Old, typename Aux>
+__device__ __forceinline__ void finish_epilogue(const GemmOut& o, int r, int n, float v,
+                                                const Old& old, const Aux& aux) {
   float* y = o.y + r * o.ldy + n;
   switch (o.epi) {
     case Epi::kStore:
       *y = v;
       break;
     case Epi::kAdd:
-      *y = __fadd_rn(*y, v);
+      *y = __fadd_rn(old(), v);
       break;
     case Epi::kMulAux:
-      *y = __fmul_rn(v, o.aux[r * o.ldaux + n]);
+      *y = __fmul_rn(v, aux());
       break;
     case Epi::kAddMulAux:
-      *y = __fadd_rn(*y, __fmul_rn(v, o.aux[r * o.ldaux + n]));
+      *y = __fadd_rn(old(), __fmul_rn(v, aux()));
       break;
     case Epi::kAddSigmoidMulAux:
-      *y = __fadd_rn(*y, __fmul_rn(o.aux[r * o.ldaux + n], sigmoidf_(v)));
+      *y = __fadd_rn(old(), __fmul_rn(aux(), sigmoidf_(v)));
       break;
   }
+}
+
+// Bias, activation and epilogue of one output (acc already scaled: scale_output): the same code
+// for every tile shape.
+__device__ __forceinline__ void finish(const GemmOut& o, const float* bias, int r, int n,
+                                       float acc) {
+  float v = __fadd_rn(acc, bias ? bias[n] : 0.0f);
+  v = activate(v, o.act);
+  finish_epilogue(
+      o, r, n, v, [&] { return o.y[r * o.ldy + n]; }, [&] { return o.aux[r * o.ldaux + n]; });
+}
+// The same with the operands finish_inputs loaded ahead, and scale_output's product: finish's
+// arithmetic, so the same bits.
+__device__ __forceinline__ void finish_with(const GemmOut& o, const FinishInputs& f, int r, int n,
+                                            float acc) {
+  if (f.scaled) acc = __fmul_rn(acc, f.scale);
+  float v = __fadd_rn(acc, f.bias);
+  v = activate(v, o.act);
+  finish_epilogue(o, r, n, v, [&] { return f.old; }, [&] { return f.aux; });
 }
 
 // Rows of x, layer- or RMS-normed on load when in.ln_w is set (statistics in double, as the CPU

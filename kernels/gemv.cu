@@ -23,7 +23,7 @@ template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                 const float* __restrict__ group_scales, const float* __restrict__ output_scales,
-                int M, int N, int K, GemmOut out, bool early_weights) {
+                int M, int N, int K, GemmOut out, bool early_weights, bool early_epilogue) {
   kernel_prologue([&] {
     if (early_weights) copy_weight_chunk(W, N, K, blockIdx.x * kOutputs, 0, 0);
   });
@@ -34,6 +34,9 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kOutputs, r = threadIdx.x / kOutputs;
   const int n = n0 + lane;
   const bool active = r < M && n < N;
+  // With early_epilogue what finishing this output reads is loaded now, beside the first chunk.
+  FinishInputs fin;
+  if (early_epilogue && active) fin = finish_inputs(out, bias, output_scales, r, n);
   // A chunk's rows, layer-normed by the threads.
   auto copy_rows = [&](int chunk) {
     copy_row_chunk<WT>([&](int i, int k) { return a.load(i, i, k); }, M, K, chunk, chunk);
@@ -58,7 +61,8 @@ __global__ void __launch_bounds__(kThreads)
     if (active) acc = sum_stage<WT>(chunk, lane, r, K, chunk, scales, acc);
     __syncthreads();  // this chunk's stage is free for chunk + 2
   }
-  if (active) finish(out, bias, r, n, scale_output(acc, output_scales, n));
+  if (active && early_epilogue) finish_with(out, fin, r, n, acc);
+  if (active && !early_epilogue) finish(out, bias, r, n, scale_output(acc, output_scales, n));
 }
 
 }  // namespace
@@ -75,7 +79,8 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
     launch_kernel(gemv_kernel<WT>, blocks, kThreads, 0, stream, a, static_cast<const WT*>(w.w),
-                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out, w.early_weights);
+                  w.bias, w.group_scales(), w.output_scales(), M, w.n, w.k, out, w.early_weights,
+                  w.early_epilogue);
   });
 }
 

@@ -53,6 +53,12 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
   const Place p = place_of(shape, M, N, K);
   const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
   if (!early_weights && p.sums) w.load(W, group_scales, p.n, p.c, K);
+  // Thread e finishes output (r, nn) — one at most a thread (outputs · 8 ≤ 256: split_gemv_shape)
+  // — and loads what that reads now, beside the weights.
+  const int e = threadIdx.x, jj = e / M, r = e % M, nn = blockIdx.x * shape.outputs + jj;
+  const bool finishes = e < shape.outputs * M && nn < N;
+  FinishInputs fin;
+  if (finishes) fin = finish_inputs(out, bias, output_scales, r, nn);
   // A [M][row_floats], the chunk sums [outputs][C][kRows], then the norm's weights and biases [2][K]
   // when they fit (stage_norm: copied with the rows, one round trip for both).
   extern __shared__ float4 smem4[];
@@ -71,12 +77,7 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < shape.outputs * M; e += blockDim.x) {
-    const int jj = e / M, r = e % M, nn = blockIdx.x * shape.outputs + jj;
-    if (nn >= N) continue;
-    const float v = combine_chunks(sums + jj * C * kRows + r, C, kRows);
-    finish(out, bias, r, nn, scale_output(v, output_scales, nn));
-  }
+  if (finishes) finish_with(out, fin, r, nn, combine_chunks(sums + jj * C * kRows + r, C, kRows));
 }
 
 }  // namespace

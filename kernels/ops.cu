@@ -198,6 +198,7 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
   m.ordered_sums = ordered_sums_;
   m.pipelined = pipelined_;
   m.early_weights = early_weights_;
+  m.early_epilogue = early_epilogue_;
   if (bias) m.bias = f32(bias, n);
   return m;
 }

@@ -47,6 +47,8 @@ void check(CudaWeightType type, int N, int K, bool norm, const std::vector<int>&
   tiled.pipelined = false;
   DevMatrix small = pipelined;  // gemv.cu at M ≤ 8, its first weights copied before the wait
   small.small_batch_gemv = true;
+  DevMatrix small_early = small;  // and its bias loaded before the sum (early_epilogue)
+  small_early.early_epilogue = true;
   DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(max_m) * N);
   DeviceBuffer<int32_t> drows(rows.size());
   CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -63,11 +65,13 @@ void check(CudaWeightType type, int N, int K, bool norm, const std::vector<int>&
   }
   for (int M : Ms) {
     const std::vector<float> b = device_gemm(tiled, in, dy.get(), M);
-    for (const DevMatrix* m : std::initializer_list<const DevMatrix*>{&pipelined, &small}) {
+    for (const DevMatrix* m :
+         std::initializer_list<const DevMatrix*>{&pipelined, &small, &small_early}) {
       const std::vector<float> a = device_gemm(*m, in, dy.get(), M);
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(0, std::memcmp(&a[i], &b[i], sizeof(float)))
-            << cuda_weight_type_name(type) << (m == &small ? " gemv.cu" : "") << " N " << N << " K "
+            << cuda_weight_type_name(type) << (m == &small ? " gemv.cu" : "")
+            << (m == &small_early ? " gemv.cu, early epilogue" : "") << " N " << N << " K "
             << K << (norm ? " normed" : "") << " M " << M << " row " << i / N << " output " << i % N
             << ": " << a[i] << " vs tiled " << b[i];
     }
@@ -132,20 +136,36 @@ TEST_P(PipelinedGemmModel, SameBitsAsTheTiledKernel) {
   EXPECT_EQ(diff, "") << GetParam();
 }
 
-// early_weights (on by default) on and off: decode batches of 1…8 sequences run gemv.cu, its
-// first weights copied before the wait for the previous kernel or after it; the same bits.
-TEST_P(PipelinedGemmModel, EarlyWeightsGiveTheSameBits) {
+// A load-order option of gemv.cu on and off: decode batches of 1…8 sequences (gemv.cu) after
+// uneven prefill chunks; "" when every logit and state bit is the same.
+template <typename Set>
+std::string small_batch_option_difference(const Fixture& fx, Set set, ReportedOption reported,
+                                           std::vector<CudaWeightType> types, uint32_t seed) {
   OptionBitsSchedule sch;
   sch.prefill = {{0, 5}, {5, 3}};
   sch.batches = {1, 3, 8};
-  sch.seed = 22;
-  const std::string diff = option_bits_difference(
-      fx_,
-      option_maker(
-          fx_, [](CudaBackendOptions& o, bool on) { o.early_weights = on; },
-          &CudaBackend::early_weights),
-      {CudaWeightType::kF16, CudaWeightType::kInt8}, sch);
-  EXPECT_EQ(diff, "") << GetParam();
+  sch.seed = seed;
+  return option_bits_difference(fx, option_maker(fx, set, reported), types, sch);
+}
+
+// early_weights (on by default): its first weights copied before the wait for the previous kernel
+// or after it.
+TEST_P(PipelinedGemmModel, EarlyWeightsGiveTheSameBits) {
+  EXPECT_EQ(small_batch_option_difference(
+                fx_, [](CudaBackendOptions& o, bool on) { o.early_weights = on; },
+                &CudaBackend::early_weights, {CudaWeightType::kF16, CudaWeightType::kInt8}, 22),
+            "")
+      << GetParam();
+}
+
+// early_epilogue: the bias, residual and gate operands loaded before the sum or after it (every
+// epilogue a model uses).
+TEST_P(PipelinedGemmModel, EarlyEpilogueGivesTheSameBits) {
+  EXPECT_EQ(small_batch_option_difference(
+                fx_, [](CudaBackendOptions& o, bool on) { o.early_epilogue = on; },
+                &CudaBackend::early_epilogue, {CudaWeightType::kF32, CudaWeightType::kInt8}, 23),
+            "")
+      << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PipelinedGemmModel, ::testing::ValuesIn(golden_names()),

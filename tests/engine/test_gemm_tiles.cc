@@ -63,6 +63,7 @@ TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
     ASSERT_TRUE(s.threads >= 32 && s.threads <= 256 && s.threads % 32 == 0) << K;
     ASSERT_EQ(s.threads * s.groups, kSplitGemvBlock) << K;
     ASSERT_LE(C, s.per_output) << K << ": one chunk a thread";
+    ASSERT_LE(s.outputs * 8, kSplitGemvBlock) << K << ": one output (and row) a thread finishes";
     for (int M = 1; M <= 8; ++M) {
       std::vector<int> seen(static_cast<size_t>(s.outputs) * C * M, 0);
       for (int thread = 0; thread < kSplitGemvBlock; ++thread) {
