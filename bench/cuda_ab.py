@@ -5,6 +5,7 @@ base's, per mixer and batch. Writes PREFIX.json (every run's raw results, device
 and PREFIX.png (the ratios).
 
   bench/cuda_ab.py PREFIX BASE.json:LABEL RUN.json:LABEL [RUN.json:LABEL ...] [--note TEXT]
+                   [--metric device_us_per_step_median|sample_device_us_per_step_median|...]
 """
 import argparse
 import json
@@ -16,6 +17,9 @@ def main():
     ap.add_argument("prefix")
     ap.add_argument("runs", nargs="+", help="FILE:LABEL, the first is the base")
     ap.add_argument("--note", default="", help="what the labels mean (commits, options)")
+    ap.add_argument("--metric", default="device_us_per_step_median",
+                    help="the result field compared (µs; sample_device_us_per_step_median: whole "
+                         "steps sampled on the device, --device-sampling runs)")
     a = ap.parse_args()
     runs = []
     for spec in a.runs:
@@ -24,22 +28,22 @@ def main():
     index = [{(r["mixer"], r["batch"]): r for r in run["results"]} for _, run in runs]
     keys = sorted(index[0], key=lambda k: (k[0], k[1]))
     labels = [label for label, _ in runs]
-    print(f"{runs[0][1].get('device')} {runs[0][1].get('date')}  device µs per step (ratio to {labels[0]})")
+    print(f"{runs[0][1].get('device')} {runs[0][1].get('date')}  {a.metric} (ratio to {labels[0]})")
     print("%-11s %5s " % ("mixer", "batch") + " ".join("%16s" % l for l in labels))
     table = []
     for k in keys:
-        base = index[0][k]["device_us_per_step_median"]
+        base = index[0][k][a.metric]
         row = {"mixer": k[0], "batch": k[1]}
         cells = []
         for label, idx in zip(labels, index):
-            us = idx[k]["device_us_per_step_median"] if k in idx else None
+            us = idx[k].get(a.metric) if k in idx else None
             row[label + "_us"] = us
             row[label + "_ratio"] = us / base if us else None
             cells.append("%9.0f (%4.2f)" % (us, us / base) if us else "%16s" % "-")
         table.append(row)
         print("%-11s %5d " % k + " ".join(cells))
     out = {"device": runs[0][1].get("device"), "date": runs[0][1].get("date"), "note": a.note,
-           "labels": labels, "table": table, "raw": {label: run for label, run in runs}}
+           "metric": a.metric, "labels": labels, "table": table, "raw": {label: run for label, run in runs}}
     json.dump(out, open(a.prefix + ".json", "w"), indent=1)
     try:
         import matplotlib
@@ -61,7 +65,7 @@ def main():
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(mixers))])
         ax.set_xticklabels(mixers, rotation=60, fontsize=8)
         ax.set_title(f"batch {batch}")
-    axes[0].set_ylabel(f"device step time / {labels[0]}'s")
+    axes[0].set_ylabel(f"{a.metric} / {labels[0]}'s")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{out['device']}, {out['date']}: {a.note}"[:150], fontsize=9)
     fig.tight_layout()

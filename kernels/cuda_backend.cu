@@ -351,6 +351,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
     else if (!v.empty())
       throw std::invalid_argument("MIXSERVE_CUDA_SAMPLING must be device or host, not '" + v + "'");
   }
+  m.sampler.use_candidates(env_switch("MIXSERVE_CUDA_SAMPLE_CANDIDATES", opts.sample_candidates));
   if (opts.time_mixers) {
     m.events.resize(2 * m.n_layers);
     for (cudaEvent_t& e : m.events) CUDA_CHECK(cudaEventCreate(&e));
@@ -448,6 +449,9 @@ void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
 bool CudaBackend::device_sampling() const {
   return impl_->device_sampling;
 }
+bool CudaBackend::sample_candidates() const {
+  return impl_->sampler.candidates();
+}
 bool CudaBackend::tensor_cores() const {
   return impl_->tensor_cores;
 }
@@ -522,7 +526,7 @@ void CudaBackend::logits_row(int32_t row, float* host) const {
 }
 
 std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
-                                             const std::vector<SampleRow>& rows) {
+                                             const std::vector<SampleRow>& rows, bool candidates) {
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<SampledToken> tokens;
@@ -534,6 +538,7 @@ std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, i
       if (r.row < 0 || static_cast<size_t>(r.row + 1) * vocab > logits.size())
         throw std::out_of_range("cuda_sample_logits: row outside the logits");
     DeviceSampler sampler;
+    sampler.use_candidates(candidates);
     sampler.launch(stream, dev.get(), vocab, rows);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     sampler.collect(rows, tokens);

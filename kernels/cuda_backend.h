@@ -34,6 +34,13 @@ struct CudaBackendOptions {
   // H100 (2026-11-27) and a whole sampled step took 0.56-0.74x the host path's time at batch 1 and
   // 0.01-0.03x at batch 256 (docs/cuda.md).
   bool device_sampling = true;
+  // With top-k or top-p the device sampler sorts only the tokens above a probability threshold
+  // that surely holds the kept prefix (kernels/sampling_candidates.h: a histogram of the
+  // probabilities' exponents), instead of the whole vocabulary; the same tokens. A top-p 0.9 step
+  // at batch 1 cost ~190 µs more than the forward pass on an H100 (2026-11-27), most of it the
+  // sort of 8,192 entries. MIXSERVE_CUDA_SAMPLE_CANDIDATES=1|0 overrides. Off by default until it
+  // has passed on a GPU.
+  bool sample_candidates = false;
   // float16/bfloat16 projections on tensor cores (kernels/gemm_tensor_cores.cu; float32 ones keep
   // the CUDA-core GEMM). Activations are rounded to 16 bits on load, so logits move within a
   // tolerance; batch invariance holds. MIXSERVE_CUDA_TENSOR_CORES=1|0 overrides. Off by default.
@@ -112,9 +119,11 @@ CudaWeightType parse_cuda_weight_type(const std::string& name);
 // The inverse: the name parse_cuda_weight_type takes.
 std::string cuda_weight_type_name(CudaWeightType type);
 // The device sampler on its own (tests, benchmarks): uploads logits [rows, vocab] and samples
-// rows[i] (SampleRow::row indexes the uploaded rows) as CudaBackend's device_sampling does.
+// rows[i] (SampleRow::row indexes the uploaded rows) as CudaBackend's device_sampling does
+// (with sample_candidates when `candidates`).
 std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
-                                             const std::vector<SampleRow>& rows);
+                                             const std::vector<SampleRow>& rows,
+                                             bool candidates = false);
 
 class CudaBackend : public Backend {
  public:
@@ -134,6 +143,7 @@ class CudaBackend : public Backend {
   void logits_row(int32_t row, float* host) const override;
   // The options after the environment's overrides.
   bool device_sampling() const;
+  bool sample_candidates() const;
   bool tensor_cores() const;
   bool small_batch_gemv() const;
   bool ordered_sums() const;

@@ -2,12 +2,15 @@
 // the same order and with the same tie rules. The candidates' probabilities and ids live in
 // dynamic shared memory when [Vpad] of them fit (Vpad = V rounded up to a power of two, 12 bytes
 // each), else in a per-row global workspace; a bitonic sort orders them only when top-k or top-p
-// needs the order, as the host's partial_sort does.
+// needs the order, as the host's partial_sort does — only the tokens above a probability threshold
+// that surely holds the kept prefix (kernels/sampling_candidates.h) when at most
+// kMaxSortCandidates of them, else the whole vocabulary.
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
 #include "kernels/sampling.cuh"
+#include "kernels/sampling_candidates.h"
 
 namespace mixserve::cuda {
 
@@ -43,6 +46,8 @@ struct Shared {
   double d[32];
   int i[32];
   int found;
+  int counts[kProbBuckets];  // tokens per probability bucket (sampling_candidates.h)
+  int last, candidates, filled;
 };
 
 // Best (value, id) of the block under `before`; every thread gets it. Threads without a candidate
@@ -143,7 +148,7 @@ __device__ void bitonic_sort(double* key, int* id, int n) {
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int V, int Vpad, const DevSampleRow* rows,
                   const int32_t* lists, double* z_ws, double* key_ws, int32_t* id_ws, int n_rows,
-                  int32_t* out) {
+                  int32_t* out, bool candidates) {
   kernel_prologue();
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ Shared sh;
@@ -209,7 +214,44 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     if (need_order) {
-      bitonic_sort(key, ids, Vpad);
+      // Sort the candidates that surely hold the kept prefix, else everything. The candidates'
+      // sorted order is the vocabulary's first entries (sampling_candidates.h), copied over
+      // key/ids' first places, and nothing after them is read: keep is at most their count.
+      __shared__ double cand_key[kMaxSortCandidates];
+      __shared__ int cand_id[kMaxSortCandidates];
+      bool sorted = false;
+      if (candidates) {
+        for (int b = tid; b < kProbBuckets; b += nt) sh.counts[b] = 0;
+        __syncthreads();
+        for (int i = tid; i < V; i += nt) atomicAdd(&sh.counts[prob_bucket(key[i])], 1);
+        __syncthreads();
+        if (tid == 0) {
+          sh.last = candidate_last_bucket(sh.counts, keep < V ? keep : 0,
+                                          static_cast<double>(P.top_p));
+          sh.candidates = candidate_count(sh.counts, sh.last);
+          sh.filled = 0;
+        }
+        __syncthreads();
+        const int last = sh.last, n = sh.candidates;  // the same in every thread
+        if (n <= kMaxSortCandidates && n < V) {
+          for (int i = tid; i < V; i += nt)
+            if (prob_bucket(key[i]) <= last) {
+              const int at = atomicAdd(&sh.filled, 1);  // any place: the sort orders them
+              cand_key[at] = key[i];
+              cand_id[at] = i;
+            }
+          int npad = 1;
+          while (npad < n) npad *= 2;
+          for (int i = n + tid; i < npad; i += nt) cand_key[i] = -1.0, cand_id[i] = INT_MAX;
+          __syncthreads();
+          bitonic_sort(cand_key, cand_id, npad);
+          for (int i = tid; i < n; i += nt) key[i] = cand_key[i], ids[i] = cand_id[i];
+          __syncthreads();
+          keep = min(keep, n);
+          sorted = true;
+        }
+      }
+      if (!sorted) bitonic_sort(key, ids, Vpad);
       if (P.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
         double total;
         const double top_p = static_cast<double>(P.top_p);
@@ -369,7 +411,7 @@ void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
   const auto* dev_lists = reinterpret_cast<const int32_t*>(in_dev_.get() + row_bytes);
   launch_kernel(sample_kernel, n, kThreads, dyn, stream, logits, V, Vpad, dev_rows, dev_lists,
                 z_.get(), in_shared ? nullptr : keys_.get(), in_shared ? nullptr : ids_.get(), n,
-                out_dev_.get());
+                out_dev_.get(), candidates_);
   // Only the tokens come back unless a row asked for logprobs.
   CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(),
                              sizeof(int32_t) * (logprobs ? out_ints : n), cudaMemcpyDeviceToHost,

@@ -38,6 +38,9 @@ class DeviceSampler {
   // Queues on `stream` the sampling of `rows` over logits [*, V] (device memory) and the copy of
   // the results into pinned host memory. Returns without waiting.
   void launch(cudaStream_t stream, const float* logits, int V, const std::vector<SampleRow>& rows);
+  // Sort only the candidates above a threshold for top-k/top-p (sampling_candidates.h).
+  void use_candidates(bool on) { candidates_ = on; }
+  bool candidates() const { return candidates_; }
   // Once the stream has synchronised: the tokens of the last launch, tokens[i] for rows[i].
   void collect(const std::vector<SampleRow>& rows, std::vector<SampledToken>& tokens) const;
 
@@ -53,7 +56,7 @@ class DeviceSampler {
   DeviceBuffer<double> z_, keys_;
   DeviceBuffer<int32_t> ids_;
   int shared_limit_set_ = 0;
-  bool copied_logprobs_ = false;
+  bool copied_logprobs_ = false, candidates_ = false;
   int vocab_ = 0;
 };
 

@@ -113,11 +113,12 @@ std::vector<SampleRow> rows_of(const std::vector<Case>& cases) {
   return rows;
 }
 
-void expect_same_as_host(int V, int rows, int seeds) {
+// candidates: the sampler sorts only the tokens above its threshold (sample_candidates).
+void expect_same_as_host(int V, int rows, int seeds, bool candidates = false) {
   std::mt19937 rng(V);
   const std::vector<float> logits = make_logits(rows, V, rng);
   const std::vector<Case> cases = make_cases(rows, V, seeds, rng);
-  const std::vector<SampledToken> got = cuda_sample_logits(logits, V, rows_of(cases));
+  const std::vector<SampledToken> got = cuda_sample_logits(logits, V, rows_of(cases), candidates);
   ASSERT_EQ(got.size(), cases.size());
   int sampled = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -125,7 +126,8 @@ void expect_same_as_host(int V, int rows, int seeds) {
     const SampledToken want = sample_token(&logits[static_cast<size_t>(c.row) * V], V, c.params,
                                            c.history, c.step, c.want_logprob);
     const std::string what =
-        "V=" + std::to_string(V) + " case " + std::to_string(i) +
+        std::string(candidates ? "candidates, " : "") + "V=" + std::to_string(V) + " case " +
+        std::to_string(i) +
         " (T=" + std::to_string(c.params.temperature) + " k=" + std::to_string(c.params.top_k) +
         " p=" + std::to_string(c.params.top_p) + " min_p=" + std::to_string(c.params.min_p) + ")";
     ASSERT_EQ(got[i].token, want.token) << what;
@@ -157,13 +159,35 @@ TEST(CudaSampling, BatchInvariantBitwise) {
   const std::vector<float> logits = make_logits(rows, V, rng);
   const std::vector<Case> cases = make_cases(rows, V, 6, rng);
   const std::vector<SampleRow> all = rows_of(cases);
-  const std::vector<SampledToken> together = cuda_sample_logits(logits, V, all);
-  for (size_t i = 0; i < all.size(); i += 5) {
-    const std::vector<SampledToken> alone = cuda_sample_logits(logits, V, {all[i]});
-    ASSERT_EQ(alone[0].token, together[i].token) << "case " << i;
-    EXPECT_EQ(0, std::memcmp(&alone[0].logprob, &together[i].logprob, sizeof(float)))
-        << "case " << i;
-    EXPECT_EQ(alone[0].top, together[i].top) << "case " << i;
+  for (bool candidates : {false, true}) {
+    const std::vector<SampledToken> together = cuda_sample_logits(logits, V, all, candidates);
+    for (size_t i = 0; i < all.size(); i += 5) {
+      const std::vector<SampledToken> alone = cuda_sample_logits(logits, V, {all[i]}, candidates);
+      ASSERT_EQ(alone[0].token, together[i].token) << "case " << i << " candidates " << candidates;
+      EXPECT_EQ(0, std::memcmp(&alone[0].logprob, &together[i].logprob, sizeof(float)))
+          << "case " << i;
+      EXPECT_EQ(alone[0].top, together[i].top) << "case " << i;
+    }
+  }
+}
+
+// Sorting only the candidates above the threshold (sample_candidates): the host's tokens at the
+// same vocabularies and settings (top-k, top-p, both, min-p, nearly flat rows whose prefix is
+// long: the full sort's fallback), and the full sort's tokens, bit for bit.
+TEST(CudaSampling, CandidatesGiveTheHostsTokens) {
+  SKIP_WITHOUT_GPU();
+  expect_same_as_host(5000, 9, 40, true);
+  expect_same_as_host(7, 3, 20, true);
+  expect_same_as_host(50257, 6, 3, true);
+  const int V = 5000, rows = 9;
+  std::mt19937 rng(11);
+  const std::vector<float> logits = make_logits(rows, V, rng);
+  const std::vector<Case> cases = make_cases(rows, V, 10, rng);
+  const std::vector<SampledToken> full = cuda_sample_logits(logits, V, rows_of(cases), false),
+                                  cand = cuda_sample_logits(logits, V, rows_of(cases), true);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_EQ(cand[i].token, full[i].token) << "case " << i;
+    EXPECT_EQ(0, std::memcmp(&cand[i].logprob, &full[i].logprob, sizeof(float))) << "case " << i;
   }
 }
 
