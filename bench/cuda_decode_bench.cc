@@ -186,6 +186,7 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"dependent_launch", backend.dependent_launch()},
         {"block_tables", backend.block_tables()},
         {"split_attention", backend.split_attention()},
+        {"warp_cores", backend.warp_cores()},
         {"pipelined_gemm", backend.pipelined_gemm()},
         {"early_weights", backend.early_weights()},
         {"early_epilogue", backend.early_epilogue()},

@@ -296,6 +296,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   m.early_epilogue = env_switch("MIXSERVE_CUDA_EARLY_EPILOGUE", opts.early_epilogue);
   dw.use_early_epilogue(m.early_epilogue);
   dw.use_split_attention(env_switch("MIXSERVE_CUDA_SPLIT_ATTENTION", opts.split_attention));
+  dw.use_warp_cores(env_switch("MIXSERVE_CUDA_WARP_CORES", opts.warp_cores));
   m.gemm_chains = env_switch("MIXSERVE_CUDA_GEMM_CHAINS", opts.gemm_chains);
   if (const char* c = std::getenv("MIXSERVE_CUDA_CHAIN_CLUSTER")) m.chain_cluster = std::atoi(c);
   check_gemm_chain_cluster(m.chain_cluster);
@@ -481,6 +482,9 @@ bool CudaBackend::block_tables() const {
 }
 bool CudaBackend::split_attention() const {
   return impl_->weights.split_attention();
+}
+bool CudaBackend::warp_cores() const {
+  return impl_->weights.warp_cores();
 }
 
 // With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned

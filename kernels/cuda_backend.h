@@ -77,6 +77,15 @@ struct CudaBackendOptions {
   // golden tolerance. MIXSERVE_CUDA_SPLIT_ATTENTION=1|0 overrides. Off by default until it has
   // passed on a GPU.
   bool split_attention = false;
+  // AFT-full's and AFT-local's cores give each (row, channel) a warp: its sums over positions
+  // (AFT-full) or in-window lags (AFT-local) split over the lanes, every 32nd term a lane, added
+  // in a fixed tree (warp_sum), the maximum taken over all lanes first (exact in any order). One
+  // thread walked every position before: at batch 1 the paper config's aft_full and aft_local
+  // steps were 985 and 880 µs against aft_simple's 324 (H200, 2026-11-28), ~30–37 µs a layer in
+  // those loops. Other bits than the one-thread loop's (the sums' order), the same for a row
+  // alone or in any batch, in decode or prefill. MIXSERVE_CUDA_WARP_CORES=1|0 overrides. Off by
+  // default until it has passed on a GPU.
+  bool warp_cores = false;
   // Projections the small-batch GEMM does not take (more than 8 rows, or small_batch_gemv off) on
   // kernels/gemm_pipelined.cu: the tiled kernel's tiles and bits, with K copied by cp.async
   // kPipelineStages − 1 steps ahead instead of one wait per step, and the first weights copied
@@ -150,6 +159,7 @@ class CudaBackend : public Backend {
   bool dependent_launch() const;
   bool block_tables() const;
   bool split_attention() const;
+  bool warp_cores() const;
   bool pipelined_gemm() const;
   bool early_weights() const;
   bool early_epilogue() const;

@@ -175,30 +175,42 @@ __device__ __forceinline__ float sigmoidf_(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
+// Sum over the warp's 32 lanes (all active), every lane getting the same bits: a fixed butterfly
+// tree (at each level a lane adds its partner's partial to its own, and a + b == b + a), so the
+// result depends on the lanes' values only, not on timing or on which warp runs.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
 // `shared` holds 32 values. A fixed tree, so the result does not depend on timing.
 template <typename T>
 __device__ T block_sum(T v, T* shared) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = warp_sum(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   __syncthreads();  // `shared` may still be read by a previous call
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   v = lane < warps ? shared[lane] : T(0);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+  return warp_sum(v);
 }
 
 template <typename T>
 __device__ T block_max(T v, T* shared) {
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = warp_max(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   v = lane < warps ? shared[lane] : shared[0];
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  return warp_max(v);
 }
 
 }  // namespace mixserve::cuda

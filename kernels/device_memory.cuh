@@ -126,6 +126,10 @@ class DeviceWeights {
   // Kept here, beside the GEMM choices, because every part's factory gets this object.
   void use_split_attention(bool on) { split_attention_ = on; }
   bool split_attention() const { return split_attention_; }
+  // Mixer cores built from now on give each (row, channel)'s sum over positions or lags a warp,
+  // the lanes taking every 32nd term (CudaBackendOptions::warp_cores).
+  void use_warp_cores(bool on) { warp_cores_ = on; }
+  bool warp_cores() const { return warp_cores_; }
   // Float32 vector (norms, mixes, pos biases, ...), kept in float32 whatever the mode.
   const float* f32(const float* host, size_t n);
   const float* f32(const std::vector<float>& host) { return f32(host.data(), host.size()); }
@@ -145,7 +149,8 @@ class DeviceWeights {
  private:
   CudaWeightType type_;
   bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false, pipelined_ = false,
-       early_weights_ = false, early_epilogue_ = false, split_attention_ = false;
+       early_weights_ = false, early_epilogue_ = false, split_attention_ = false,
+       warp_cores_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

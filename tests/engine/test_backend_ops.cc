@@ -57,6 +57,30 @@ TEST_P(CpuBackendOps, RealWidthHalfWeightsMatchTheFloat64Model) {
               mixer_kind_name(GetParam()), static_cast<long long>(m.cfg.ffn_dim), r.rows, r.worst);
 }
 
+// Long windows and contexts: the mixers whose cores sum over positions or lags (AFT-full's
+// positions, AFT-local's in-window lags, the FIR Extractors' lags), a 512-token context, windows of
+// 96 (AFT-local) and 300, rows up to 300 tokens. The CUDA backend's warp-per-item cores
+// (tests/cuda/test_cuda_warp_cores.cc) run the same models.
+TEST(CpuBackendOpsLong, LongWindowsMatchTheFloat64Model) {
+  for (MixerKind kind :
+       {MixerKind::kAftFull, MixerKind::kAftLocal, MixerKind::kHe, MixerKind::kWe, MixerKind::kMe}) {
+    std::mt19937 rng(91 + static_cast<int>(kind));
+    const RandomModel m =
+        random_model(kind, rng, 0, 512, kind == MixerKind::kAftLocal ? 96 : 300);
+    if (kind != MixerKind::kAftFull)  // AFT-full takes no window: every position
+      ASSERT_EQ(m.cfg.layers.at(0).window, kind == MixerKind::kAftLocal ? 96 : 300);
+    CpuBackendOptions o;
+    o.pool_bytes = 64 << 20;
+    o.threads = 2;
+    o.weights = WeightFormat::kF32;
+    CpuBackend backend(m.cfg, m.weights, o);
+    const OpsResult r = check_backend_ops(backend, m, rng, /*sequences=*/2, /*tolerance=*/1e-4,
+                                          /*max_len=*/300);
+    EXPECT_EQ(r.failure, "") << mixer_kind_name(kind) << " " << m.config_json;
+    EXPECT_GT(r.rows, 100) << mixer_kind_name(kind);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Mixers, CpuBackendOps, ::testing::ValuesIn(all_mixer_kinds()),
                          [](const auto& info) { return std::string(mixer_kind_name(info.param)); });
 

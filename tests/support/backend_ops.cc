@@ -85,7 +85,8 @@ std::vector<float> random_tensor(const WeightSpec& s, std::mt19937& rng) {
 
 }  // namespace
 
-RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model, int max_seq_len) {
+RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model, int max_seq_len,
+                         int window) {
   int heads = pick<int>(rng, {1, 2, 4});
   // d ≥ 4: a layer norm over 2 channels maps every row to ±1 and turns float32 rounding into
   // differences of ~5e-4 of a logit (performer, d = 2), a property of the shape, not of a backend
@@ -114,6 +115,7 @@ RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model, int max
   };
   cfg["head_bias"] = uniform(rng, 0, 1) == 1;
   nlohmann::json layers = nlohmann::json::array({random_layer(kind, heads, rng)});
+  if (window > 0 && layers[0].contains("window")) layers[0]["window"] = window;  // after the draw
   if (uniform(rng, 0, 1) == 1)  // a second layer of any kind: two states side by side in the pool
     layers.push_back(random_layer(pick(rng, all_mixer_kinds()), heads, rng));
   for (nlohmann::json& l : layers) {

@@ -35,8 +35,10 @@ struct RandomModel {
 
 // A model whose first layer is `kind`, everything else drawn from rng. d_model > 0 fixes the width
 // (heads then drawn among those giving an even head size, the FFN 1 or 4 times as wide): the real
-// shapes, where the GEMMs' long-K and multi-tile paths run. max_seq_len: its context.
-RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model = 0, int max_seq_len = 32);
+// shapes, where the GEMMs' long-K and multi-tile paths run. max_seq_len: its context. window > 0
+// sets the first layer's window (where its mixer takes one) instead of a draw from 1…7.
+RandomModel random_model(MixerKind kind, std::mt19937& rng, int d_model = 0, int max_seq_len = 32,
+                         int window = 0);
 
 // Rounds every weight to the nearest float16 value, so that a backend storing them in float16
 // holds exactly what the float64 model reads.

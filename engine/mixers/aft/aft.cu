@@ -5,6 +5,7 @@
 
 #include "kernels/cuda_part.cuh"
 #include "kernels/gemm_chain.cuh"  // launch_core
+#include "kernels/warp_cores.cuh"
 
 namespace mixserve::cuda {
 
@@ -56,9 +57,13 @@ struct AftLocalCore {
   const float* pos_bias;
   float* out;
 
-  __device__ void operator()(int64_t idx) const {
+  __device__ void operator()(int64_t idx) const { run(idx, OneLane{}); }
+  // The lanes split each row's in-window lags; every lane keeps the same running sums (the same
+  // operations on the same values) and the leader writes the ring, the output and the state.
+  template <typename Lanes>
+  __device__ void run(int64_t idx, const Lanes& lanes) const {
     const SeqChannel at = seq_channel(b, pages, d, idx);
-    if (!at.valid) return;
+    if (!at.valid) return;  // every lane of the item
     const int s = at.s, c = at.c;
     auto ring_k = [&](int pos) {
       return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
@@ -72,24 +77,35 @@ struct AftLocalCore {
       const int pos = b.pos0[s] + (r - b.row_start[s]);
       const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
       if (pos >= window) absorb(mx, sn, sd, *ring_k(pos), *ring_v(pos));
-      *ring_k(pos) = row[d + c];
-      *ring_v(pos) = row[2 * d + c];
+      lanes.sync();  // every lane has read the leaving token (and the last row's lags)
+      if (lanes.leader()) {
+        *ring_k(pos) = row[d + c];
+        *ring_v(pos) = row[2 * d + c];
+      }
+      lanes.sync();  // the new token is visible to every lane
       const int lags = min(pos + 1, window);
       const float* w = pos_bias + static_cast<int64_t>(pos) * window;
       float m = mx;
-      for (int lag = 0; lag < lags; ++lag) m = fmaxf(m, *ring_k(pos - lag) + w[lag]);
+      for (int lag = lanes.lane(); lag < lags; lag += lanes.step())
+        m = fmaxf(m, *ring_k(pos - lag) + w[lag]);
+      m = lanes.max(m);
       const float e0 = expf(mx - m);
-      float num = sn * e0, den = sd * e0;
-      for (int lag = 0; lag < lags; ++lag) {
+      // The folded sums start the leader's partial sums: one lane adds its lags to them in order.
+      float num = lanes.leader() ? sn * e0 : 0.0f, den = lanes.leader() ? sd * e0 : 0.0f;
+      for (int lag = lanes.lane(); lag < lags; lag += lanes.step()) {
         const float e = expf(*ring_k(pos - lag) + w[lag] - m);
         num += e * *ring_v(pos - lag);
         den += e;
       }
-      out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
+      num = lanes.sum(num);
+      den = lanes.sum(den);
+      if (lanes.leader()) out[static_cast<int64_t>(r) * d + c] = sigmoidf_(row[c]) * num / den;
     }
-    *pm = mx;
-    *pn = sn;
-    *pd = sd;
+    if (lanes.leader()) {
+      *pm = mx;
+      *pn = sn;
+      *pd = sd;
+    }
   }
 };
 
@@ -111,22 +127,29 @@ struct AftFullCore {
   const float* pos_bias;
   float* out;
 
-  __device__ void operator()(int64_t idx) const {
+  __device__ void operator()(int64_t idx) const { run(idx, OneLane{}); }
+  // The lanes split the positions: lane l takes pos − l, pos − l − step, … down to 0.
+  template <typename Lanes>
+  __device__ void run(int64_t idx, const Lanes& lanes) const {
     const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
     const int pos = b.row_pos[r], s = b.row_seq[r];
     const float* w = pos_bias + static_cast<int64_t>(pos) * l;
     auto key = [&](int j) { return *pages.token_row(s, j, 2 * d, c); };
     auto value = [&](int j) { return *pages.token_row(s, j, 2 * d, d + c); };
     float m = -INFINITY;
-    for (int j = pos; j >= 0; --j) m = fmaxf(m, key(j) + w[j]);
+    for (int j = pos - lanes.lane(); j >= 0; j -= lanes.step()) m = fmaxf(m, key(j) + w[j]);
+    m = lanes.max(m);
     float num = 0.0f, den = 0.0f;
-    for (int j = pos; j >= 0; --j) {
+    for (int j = pos - lanes.lane(); j >= 0; j -= lanes.step()) {
       const float e = expf(key(j) + w[j] - m);
       num += e * value(j);
       den += e;
     }
-    out[static_cast<int64_t>(r) * d + c] =
-        sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
+    num = lanes.sum(num);
+    den = lanes.sum(den);
+    if (lanes.leader())
+      out[static_cast<int64_t>(r) * d + c] =
+          sigmoidf_(qkv[static_cast<int64_t>(r) * 3 * d + c]) * num / den;
   }
 };
 
@@ -138,6 +161,7 @@ class CudaAft : public CudaPart {
         d_(static_cast<int>(cfg.d_model)),
         window_(static_cast<int>(layer.window)),
         l_(static_cast<int>(cfg.max_seq_len)),
+        warp_cores_(dw.warp_cores()),
         qkv_(dw.fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
         o_(dw.linear(w, p + "o", d_, d_, cfg.bias)) {
     if (kind_ == MixerKind::kAftFull) pos_bias_ = dw.f32(w.get(p + "pos_bias"), size_t(l_) * l_);
@@ -153,12 +177,18 @@ class CudaAft : public CudaPart {
     if (kind_ == MixerKind::kAftSimple) {
       launch_core(st.stream, AftSimpleCore{st.batch, st.pages, qkv, d, mixed}, items);
     } else if (kind_ == MixerKind::kAftLocal) {
-      launch_core(st.stream, AftLocalCore{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed},
-                  items);
+      const AftLocalCore core{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed};
+      if (warp_cores_)
+        launch_warp_core(st.stream, core, items);
+      else
+        launch_core(st.stream, core, items);
     } else {
       launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
-      launch_core(st.stream, AftFullCore{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed},
-                  int64_t{rows} * d);
+      const AftFullCore core{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed};
+      if (warp_cores_)
+        launch_warp_core(st.stream, core, int64_t{rows} * d);
+      else
+        launch_core(st.stream, core, int64_t{rows} * d);
     }
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -166,6 +196,7 @@ class CudaAft : public CudaPart {
  private:
   MixerKind kind_;
   int d_, window_, l_;
+  bool warp_cores_;
   DevMatrix qkv_, o_;
   const float* pos_bias_ = nullptr;
 };

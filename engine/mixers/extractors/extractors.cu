@@ -5,6 +5,7 @@
 // of the step has read it.
 #include "kernels/cuda_part.cuh"
 #include "kernels/gemm_chain.cuh"  // launch_core
+#include "kernels/warp_cores.cuh"
 
 namespace mixserve::cuda {
 
@@ -23,16 +24,21 @@ struct FirCore {
   float* out;
   bool add;
 
-  __device__ void operator()(int64_t idx) const {
+  __device__ void operator()(int64_t idx) const { run(idx, OneLane{}); }
+  // The lanes split the lags: lane l takes l, l + step, ….
+  template <typename Lanes>
+  __device__ void run(int64_t idx, const Lanes& lanes) const {
     const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
     const int pos = b.row_pos[r], s = b.row_seq[r], first = b.row_start[s];
     float acc = 0.0f;
-    for (int lag = 0; lag < window && lag <= pos; ++lag) {
+    for (int lag = lanes.lane(); lag < window && lag <= pos; lag += lanes.step()) {
       const float v = r - lag >= first
                           ? src[static_cast<int64_t>(r - lag) * d + c]
                           : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
       acc += v * (scalar ? ext[lag] : ext[static_cast<int64_t>(lag) * d + c]);
     }
+    acc = lanes.sum(acc);
+    if (!lanes.leader()) return;
     float* o = out + static_cast<int64_t>(r) * d + c;
     if (add)
       *o += acc;
@@ -64,7 +70,8 @@ class CudaExtractor : public CudaPart {
                 const WeightSource& w, const std::string& p)
       : kind_(layer.kind),
         d_(static_cast<int>(cfg.d_model)),
-        window_(static_cast<int>(layer.window)) {
+        window_(static_cast<int>(layer.window)),
+        warp_cores_(dw.warp_cores()) {
     const float* ext = w.get(p + "ext");
     const int64_t d = d_, W = window_;
     if (kind_ == MixerKind::kShe) {  // E as [W·d_in, d_out], transposed to a projection's [out, in]
@@ -103,9 +110,11 @@ class CudaExtractor : public CudaPart {
                 to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
-      launch_core(st.stream,
-                  FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
-                  items);
+      const FirCore fir{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me};
+      if (warp_cores_)
+        launch_warp_core(st.stream, fir, items);
+      else
+        launch_core(st.stream, fir, items);
     }
     // After every row has read the ring (a barrier or a kernel boundary between the two).
     launch_core(st.stream, PushRingCore{st.batch, st.pages, src, d, window_}, items);
@@ -122,6 +131,7 @@ class CudaExtractor : public CudaPart {
  private:
   MixerKind kind_;
   int d_, window_;
+  bool warp_cores_;
   const float* ext_ = nullptr;
   DevMatrix ext_matrix_, inp_, adj_, out_;
 };
