@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     sum_rows(w, As, row_floats, p.c, K, M, acc, p.g, shape.groups);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      const int r = p.g + i * shape.groups;
-      if (r < M) sums[(p.j * C + p.c) * kRows + r] = acc[i];
+      const int row = p.g + i * shape.groups;
+      if (row < M) sums[(p.j * C + p.c) * kRows + row] = acc[i];
     }
   }
   __syncthreads();
