@@ -21,8 +21,9 @@ void gemm_small_batch(cudaStream_t stream, const GemmIn& in, const DevMatrix& w,
 bool pipelined_applies(const DevMatrix& w, int M);
 void gemm_pipelined(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                     const GemmOut& out);
-// gemv_ordered.cu's kernel for M ≤ 8 in the K-chunked order (ordered_sums with small_batch_gemv):
-// each chunk of K summed by a thread of its own, the tiled kernel's bits in that order.
+// gemv_ordered.cu's kernel for passes of ≤ 64 rows in the K-chunked order (ordered_sums with
+// small_batch_gemv): each chunk of K summed by a thread of its own, the tiled kernel's bits in that
+// order.
 bool gemv_ordered_applies(const DevMatrix& w, int M);
 void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                               const GemmOut& out);

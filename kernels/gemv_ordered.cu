@@ -1,5 +1,5 @@
-// The GEMM for M ≤ 8 rows in the K-chunked order (DevMatrix::ordered_sums with small_batch_gemv;
-// kernels/sum_order.h). Why: in one FMA chain per output (gemv.cu) an output's K terms are
+// The GEMM for passes of up to 64 rows in the K-chunked order (DevMatrix::ordered_sums with
+// small_batch_gemv; kernels/sum_order.h), a block per 8 rows and `outputs` outputs. Why: in one FMA chain per output (gemv.cu) an output's K terms are
 // summed one after another by one thread — on the H100 (2026-11-27) a batch-1 projection of
 // d = 128 took 5–10 µs at 12% occupancy with most cycles waiting. The K-chunked order lets each
 // chunk of 64 terms be summed by a thread of its own: `per_output` threads share an output
@@ -13,9 +13,16 @@
 // (ordered_chunk::copy_rows: PlainLoader's arithmetic), a chunk's 64 terms padded apart
 // (split_gemv_padded) so a warp's 16-byte reads hit distinct banks. A block is 256 threads, the
 // shape's threads repeated for groups of rows (split_gemv_shape), so at M = 8 a thread sums its
-// chunk for one to four rows instead of eight. It applies while they fit in 48 KB (M·K ≲ 11,500) and K is a multiple of 16 (32
-// for int4: whole groups), so every 16 weights are one or two aligned vector loads; gemm() sends
-// the rest to the tiled kernel, which gives the same bits.
+// chunk for one to four rows instead of eight. It applies while a block's rows fit in 48 KB
+// (8·K ≲ 11,500, at fewer rows more) and K is a multiple of 16 (32 for int4: whole groups), so
+// every 16 weights are one or two aligned vector loads; gemm() sends the rest to the tiled kernel,
+// which gives the same bits. Above 8 rows a block per 8 rows trades the tiled kernel's weight
+// reuse (each block reads its outputs' weights again, from L2) for a thread per chunk of K: the
+// paper config's projections at batch 64 are 16–64 tiled blocks walking K = 128–512 one term at a
+// time, against 64–512 blocks here.
+#include <algorithm>
+#include <cstdlib>
+
 #include "kernels/ordered_chunk.cuh"
 
 namespace mixserve::cuda {
@@ -25,6 +32,10 @@ namespace {
 using namespace ordered_chunk;
 
 constexpr int kSmemBytes = 48 * 1024;  // without opting in to more
+// Passes of up to this many rows run here, in blocks of 8 rows (grid y); more go to the tiled
+// kernel, whose tiles reuse each weight across their rows — the same bits either way, so the
+// split may follow M. MIXSERVE_CUDA_ORDERED_GEMV_ROWS overrides it (≥ 8).
+constexpr int kOrderedGemvMaxRows = 64;
 
 // This thread's place: thread t of row group g (rows g, g + groups, ...) sums chunk c of output
 // n — one chunk a thread (C ≤ per_output: gemv_ordered_applies) — when `sums`.
@@ -42,14 +53,15 @@ template <typename WT>
 __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     gemv_ordered_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                         const float* __restrict__ group_scales,
-                        const float* __restrict__ output_scales, int M, int N, int K,
+                        const float* __restrict__ output_scales, int rows, int N, int K,
                         SplitGemvShape shape, GemmOut out, bool early_weights, bool stage_norm) {
   auto w = kernel_prologue_into<HeldChunk<WT>>([&](HeldChunk<WT>& held) {
     // The thread's weights into registers first — no kernel writes them, so with early_weights
     // before the wait for the previous kernel — in flight while the rows are copied.
-    const Place p = place_of(shape, M, N, K);
+    const Place p = place_of(shape, min(kRows, rows - static_cast<int>(blockIdx.y) * kRows), N, K);
     if (early_weights && p.sums) held.load(W, group_scales, p.n, p.c, K);
   });
+  const int m0 = blockIdx.y * kRows, M = min(kRows, rows - m0);  // this block's rows: m0 …
   const Place p = place_of(shape, M, N, K);
   const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
   if (!early_weights && p.sums) w.load(W, group_scales, p.n, p.c, K);
@@ -58,7 +70,7 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
   const int e = threadIdx.x, jj = e / M, r = e % M, nn = blockIdx.x * shape.outputs + jj;
   const bool finishes = e < shape.outputs * M && nn < N;
   FinishInputs fin;
-  if (finishes) fin = finish_inputs(out, bias, output_scales, r, nn);
+  if (finishes) fin = finish_inputs(out, bias, output_scales, m0 + r, nn);
   // A [M][row_floats], the chunk sums [outputs][C][kRows], then the norm's weights and biases [2][K]
   // when they fit (stage_norm: copied with the rows, one round trip for both).
   extern __shared__ float4 smem4[];
@@ -66,7 +78,7 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
   float* sums = As + M * row_floats;
   __shared__ float stats[2 * kRows];
   a.bind(stats, kRows);
-  copy_rows(a, As, row_floats, M, K, stage_norm ? sums + shape.outputs * C * kRows : nullptr);
+  copy_rows(a, As, row_floats, M, K, stage_norm ? sums + shape.outputs * C * kRows : nullptr, m0);
   if (p.sums) {
     float acc[kRows];
     sum_rows(w, As, row_floats, p.c, K, M, acc, p.g, shape.groups);
@@ -77,15 +89,25 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     }
   }
   __syncthreads();
-  if (finishes) finish_with(out, fin, r, nn, combine_chunks(sums + jj * C * kRows + r, C, kRows));
+  if (finishes)
+    finish_with(out, fin, m0 + r, nn, combine_chunks(sums + jj * C * kRows + r, C, kRows));
 }
 
 }  // namespace
 
+int ordered_gemv_max_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("MIXSERVE_CUDA_ORDERED_GEMV_ROWS");
+    return v && *v ? std::max(kRows, std::atoi(v)) : kOrderedGemvMaxRows;
+  }();
+  return rows;
+}
+
 bool gemv_ordered_applies(const DevMatrix& w, int M) {
-  return w.ordered_sums && w.small_batch_gemv && !w.tensor_cores && M >= 1 && M <= kRows &&
-         whole_steps(w) && sum_chunks(w.k) <= split_gemv_shape(w.k).per_output &&
-         split_gemv_smem_floats(M, w.k) * 4 <= kSmemBytes;
+  return w.ordered_sums && w.small_batch_gemv && !w.tensor_cores && M >= 1 &&
+         M <= ordered_gemv_max_rows() && whole_steps(w) &&
+         sum_chunks(w.k) <= split_gemv_shape(w.k).per_output &&
+         split_gemv_smem_floats(std::min(M, kRows), w.k) * 4 <= kSmemBytes;
 }
 
 void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
@@ -93,13 +115,14 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
   const PlainLoader a{in, w.k, nullptr, nullptr};
   const SplitGemvShape shape = split_gemv_shape(w.k);
   // The norm's weights and biases staged beside the rows where the 48 KB hold them too.
-  const int64_t floats = split_gemv_smem_floats(M, w.k),
+  const int64_t floats = split_gemv_smem_floats(std::min(M, kRows), w.k),
                 staged = in.ln_w ? floats + 2 * int64_t{w.k} : floats;
   const bool stage_norm = staged * 4 <= kSmemBytes;
   const size_t smem = static_cast<size_t>(stage_norm ? staged : floats) * sizeof(float);
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
-    launch_kernel(gemv_ordered_kernel<WT>, ceil_div(w.n, shape.outputs), kSplitGemvBlock, smem,
+    launch_kernel(gemv_ordered_kernel<WT>, dim3(ceil_div(w.n, shape.outputs), ceil_div(M, kRows)),
+                  kSplitGemvBlock, smem,
                   stream, a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
                   w.output_scales(), M, w.n, w.k, shape, out, w.early_weights, stage_norm);
   });

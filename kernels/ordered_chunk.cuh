@@ -116,8 +116,10 @@ __device__ __forceinline__ void sum_rows(const HeldChunk<WT>& w, const float* As
 // three (on the H200, 2026-11-28, a batch-8 step of gemv_ordered.cu's 32–64-thread blocks, which
 // summed the stats of 8 rows one after another from memory, was 1.6–2.9× the default path's).
 // The same values and stats as a.load(r, r, k) after a.prepare(0, kRows, M): the same bits.
+// Rows m0 … m0 + M − 1 of a's when m0 is given (gemv_ordered.cu's blocks of 8 rows), as rows 0…
+// M − 1 of As.
 __device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_floats, int M, int K,
-                                          float* norm_stage = nullptr) {
+                                          float* norm_stage = nullptr, int m0 = 0) {
   constexpr int kBatch = 8;
   const GemmIn& in = a.in;
   const bool stage = norm_stage && in.ln_w;
@@ -128,7 +130,7 @@ __device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_flo
     for (int u = 0; u < kBatch; ++u) {
       const int e = e0 + u * threads;
       if (e < total)
-        v[u] = a.row(e / K)[e % K];
+        v[u] = a.row(m0 + e / K)[e % K];
       else if (e < total + K)
         v[u] = in.ln_w[e - total];
       else if (e < copies)
