@@ -29,7 +29,8 @@ std::vector<double> softmax_of(const std::vector<double>& z) {
 std::vector<int> host_prefix(const std::vector<double>& p, int top_k, float top_p) {
   std::vector<int> ids(p.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  std::sort(ids.begin(), ids.end(),
+            [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   size_t keep = ids.size();
   if (top_k > 0) keep = std::min<size_t>(keep, top_k);
   if (top_p < 1.0f) {
@@ -99,8 +100,8 @@ TEST(SamplingCandidates, HoldTheHostsPrefix) {
 // Top-k alone keeps the k best; the candidates are the buckets that hold them, however crowded.
 TEST(SamplingCandidates, TopKTakesTheBucketsOfTheKBest) {
   int counts[kProbBuckets] = {};
-  counts[1] = 1;    // one token in [0.25, 0.5)
-  counts[3] = 10;   // ten in [1/16, 1/8)
+  counts[1] = 1;   // one token in [0.25, 0.5)
+  counts[3] = 10;  // ten in [1/16, 1/8)
   counts[20] = 500;
   EXPECT_EQ(candidate_last_bucket(counts, 1, 1.0), 1);
   EXPECT_EQ(candidate_last_bucket(counts, 2, 1.0), 3);
