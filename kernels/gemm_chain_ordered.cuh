@@ -7,7 +7,8 @@
 // a phase waits for 64 dependent FMAs whatever K, and every block's threads work at M = 1.
 //
 // Per phase, after the cluster barrier: each block copies the phase's M rows of A into shared
-// memory and layer-norms them there (ordered_chunk::copy_rows), then for each tile it owns every thread sums its chunk for every row
+// memory (the norm's weights and biases with them) and layer-norms them there
+// (ordered_chunk::copy_rows) while the epilogue's operands load, then for each tile it owns every thread sums its chunk for every row
 // (ordered_chunk.cuh: the weights were loaded into registers before the barrier — no kernel writes
 // weights — so their round trip overlaps the previous phase's), writes the chunk sums to shared
 // memory, and one thread per (output, row) adds them (combine_chunks) and finishes the output:
@@ -84,10 +85,26 @@ __global__ void __launch_bounds__(kChainThreads, 1)
     const int row_floats = split_gemv_padded(K);
     PlainLoader a{ph.in, K, nullptr, nullptr};
     a.bind(stats, kChainRows);
-    ordered_chunk::copy_rows(a, As, row_floats, M, K);  // ends with a barrier: the rows are in
+    // Thread e finishes output (e % M) of tile t's output e / M when a tile has at most one output
+    // a thread, and loads what that reads with the rows: after the barrier, which orders the
+    // earlier phases' writes (a residual's old value) before it.
+    const bool one_each = T * M <= kChainThreads;
+    const int e = threadIdx.x, ej = e / M, er = e % M;
+    auto finish_inputs_of = [&](int t) {
+      FinishInputs f;
+      if (one_each && e < T * M && t * T + ej < N)
+        f = finish_inputs(ph.out, ph.bias, ph.output_scales, er, t * T + ej);
+      return f;
+    };
+    FinishInputs fin = finish_inputs_of(b);
+    // The norm's weights and biases staged in the chunk sums' space, free until the first sums.
+    ordered_chunk::copy_rows(a, As, row_floats, M, K, sums);  // ends with a barrier: rows are in
     for (int round = 0; round < owned; ++round) {
       const int t = b + round * plan.cluster, i = threadIdx.x;
-      if (round > 0) load_ordered_chunk(c, p, b, round, w);
+      if (round > 0) {
+        load_ordered_chunk(c, p, b, round, w);
+        fin = finish_inputs_of(t);
+      }
       if (i < plan.ordered_items(p) && plan.ordered_output(p, t, i) < N) {
         float acc[kChainRows];
         ordered_chunk::sum_rows(w, As, row_floats, plan.ordered_chunk(p, i), K, M, acc);
@@ -96,11 +113,17 @@ __global__ void __launch_bounds__(kChainThreads, 1)
           if (r < M) sums[i * kChainRows + r] = acc[r];
       }
       __syncthreads();  // every chunk sum of the tile is in
-      for (int e = threadIdx.x; e < T * M; e += kChainThreads) {
-        const int j = e / M, r = e % M, n = t * T + j;
-        if (n >= N) continue;
-        const float v = combine_chunks(sums + j * C * kChainRows + r, C, kChainRows);
-        finish(ph.out, ph.bias, r, n, scale_output(v, ph.output_scales, n));
+      if (one_each) {
+        if (e < T * M && t * T + ej < N)
+          finish_with(ph.out, fin, er, t * T + ej,
+                      combine_chunks(sums + ej * C * kChainRows + er, C, kChainRows));
+      } else {
+        for (int x = threadIdx.x; x < T * M; x += kChainThreads) {
+          const int j = x / M, r = x % M, n = t * T + j;
+          if (n >= N) continue;
+          const float v = combine_chunks(sums + j * C * kChainRows + r, C, kChainRows);
+          finish(ph.out, ph.bias, r, n, scale_output(v, ph.output_scales, n));
+        }
       }
       __syncthreads();  // the sums are free for the next tile, the rows for the next phase
     }

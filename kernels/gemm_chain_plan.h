@@ -143,5 +143,7 @@ constexpr int kChainOrderedSmemFloats =
     kChainRows * kChainOrderedRowFloats + kChainThreads * kChainRows;
 static_assert(kChainOrderedSmemFloats * 4 + 2 * kChainRows * 4 <= 48 * 1024,
               "static shared memory without opting in");
+static_assert(kChainThreads * kChainRows >= 2 * kChainMaxK,
+              "the chunk sums' space holds a norm's weights and biases while the rows are copied");
 
 }  // namespace mixserve::cuda
