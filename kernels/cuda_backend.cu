@@ -120,8 +120,8 @@ struct CudaBackend::Impl {
   cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false, dependent_launch = false, pipelined_gemm = false, early_weights = false, early_epilogue = false,
-       gemm_chains = false;
+       ordered_sums = false, dependent_launch = false, pipelined_gemm = false,
+       early_weights = false, early_epilogue = false, gemm_chains = false;
   int chain_cluster = 8;  // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine

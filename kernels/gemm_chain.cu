@@ -26,10 +26,10 @@ class GemmChain {
     if (!empty()) {
       // A run is of one stream, one order and one weight type, which its cores join.
       const bool fits =
-          stream == stream_ &&
-          (kept_.empty() ? gemm_chain::cores_join(w.type, ordered)
-                         : w.type == kept_[0].w.type && w.early_weights == kept_[0].w.early_weights &&
-                               ordered == plan_.ordered);
+          stream == stream_ && (kept_.empty() ? gemm_chain::cores_join(w.type, ordered)
+                                              : w.type == kept_[0].w.type &&
+                                                    w.early_weights == kept_[0].w.early_weights &&
+                                                    ordered == plan_.ordered);
       if (kept_.empty()) plan_.ordered = ordered;  // a run of cores so far takes either order
       if (!fits || !plan_.takes(w.n, w.k)) flush();
     }

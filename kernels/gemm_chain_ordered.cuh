@@ -8,11 +8,12 @@
 //
 // Per phase, after the cluster barrier: each block copies the phase's M rows of A into shared
 // memory (the norm's weights and biases with them) and layer-norms them there
-// (ordered_chunk::copy_rows) while the epilogue's operands load, then for each tile it owns every thread sums its chunk for every row
-// (ordered_chunk.cuh: the weights were loaded into registers before the barrier — no kernel writes
-// weights — so their round trip overlaps the previous phase's), writes the chunk sums to shared
-// memory, and one thread per (output, row) adds them (combine_chunks) and finishes the output:
-// gemv_ordered.cu's arithmetic, so the same bits, and the host emulator's (ordered_dot).
+// (ordered_chunk::copy_rows) while the epilogue's operands load, then for each tile it owns every
+// thread sums its chunk for every row (ordered_chunk.cuh: the weights were loaded into registers
+// before the barrier — no kernel writes weights — so their round trip overlaps the previous
+// phase's), writes the chunk sums to shared memory, and one thread per (output, row) adds them
+// (combine_chunks) and finishes the output: gemv_ordered.cu's arithmetic, so the same bits, and the
+// host emulator's (ordered_dot).
 #pragma once
 
 #include <cooperative_groups.h>

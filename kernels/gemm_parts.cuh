@@ -192,7 +192,8 @@ __device__ __forceinline__ void finish_with(const GemmOut& o, const FinishInputs
   if (f.scaled) acc = __fmul_rn(acc, f.scale);
   float v = __fadd_rn(acc, f.bias);
   v = activate(v, o.act);
-  finish_epilogue(o, r, n, v, [&] { return f.old; }, [&] { return f.aux; });
+  finish_epilogue(
+      o, r, n, v, [&] { return f.old; }, [&] { return f.aux; });
 }
 
 // Rows of x, layer- or RMS-normed on load when in.ln_w is set (statistics in double, as the CPU

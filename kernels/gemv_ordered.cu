@@ -1,13 +1,14 @@
 // The GEMM for passes of up to 64 rows in the K-chunked order (DevMatrix::ordered_sums with
-// small_batch_gemv; kernels/sum_order.h), a block per 8 rows and `outputs` outputs. Why: in one FMA chain per output (gemv.cu) an output's K terms are
-// summed one after another by one thread — on the H100 (2026-11-27) a batch-1 projection of
-// d = 128 took 5–10 µs at 12% occupancy with most cycles waiting. The K-chunked order lets each
-// chunk of 64 terms be summed by a thread of its own: `per_output` threads share an output
-// (kernels/gemm_tiles.h), each sums its chunks' terms for every row (a chunk's weights loaded at
-// once into registers: ordered_chunk.cuh), writes the chunk sums to shared memory, and one thread
-// per (output, row) adds them in the order's fixed way (combine_chunks). The bits are the host
-// emulator's (ordered_dot, int8_output/int4_output with OrderedSum) and those of gemm.cu in the
-// same order at any M, so batch invariance and decode == prefill hold.
+// small_batch_gemv; kernels/sum_order.h), a block per 8 rows and `outputs` outputs. Why: in one FMA
+// chain per output (gemv.cu) an output's K terms are summed one after another by one thread — on
+// the H100 (2026-11-27) a batch-1 projection of d = 128 took 5–10 µs at 12% occupancy with most
+// cycles waiting. The K-chunked order lets each chunk of 64 terms be summed by a thread of its own:
+// `per_output` threads share an output (kernels/gemm_tiles.h), each sums its chunks' terms for
+// every row (a chunk's weights loaded at once into registers: ordered_chunk.cuh), writes the chunk
+// sums to shared memory, and one thread per (output, row) adds them in the order's fixed way
+// (combine_chunks). The bits are the host emulator's (ordered_dot, int8_output/int4_output with
+// OrderedSum) and those of gemm.cu in the same order at any M, so batch invariance and decode ==
+// prefill hold.
 //
 // The rows of A are copied into shared memory once per block and layer-normed there
 // (ordered_chunk::copy_rows: PlainLoader's arithmetic), a chunk's 64 terms padded apart
@@ -71,8 +72,8 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
   const bool finishes = e < shape.outputs * M && nn < N;
   FinishInputs fin;
   if (finishes) fin = finish_inputs(out, bias, output_scales, m0 + r, nn);
-  // A [M][row_floats], the chunk sums [outputs][C][kRows], then the norm's weights and biases [2][K]
-  // when they fit (stage_norm: copied with the rows, one round trip for both).
+  // A [M][row_floats], the chunk sums [outputs][C][kRows], then the norm's weights and biases
+  // [2][K] when they fit (stage_norm: copied with the rows, one round trip for both).
   extern __shared__ float4 smem4[];
   float* As = reinterpret_cast<float*>(smem4);
   float* sums = As + M * row_floats;
@@ -93,8 +94,6 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     finish_with(out, fin, m0 + r, nn, combine_chunks(sums + jj * C * kRows + r, C, kRows));
 }
 
-}  // namespace
-
 int ordered_gemv_max_rows() {
   static const int rows = [] {
     const char* v = std::getenv("MIXSERVE_CUDA_ORDERED_GEMV_ROWS");
@@ -102,6 +101,8 @@ int ordered_gemv_max_rows() {
   }();
   return rows;
 }
+
+}  // namespace
 
 bool gemv_ordered_applies(const DevMatrix& w, int M) {
   return w.ordered_sums && w.small_batch_gemv && !w.tensor_cores && M >= 1 &&
@@ -122,9 +123,9 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
     launch_kernel(gemv_ordered_kernel<WT>, dim3(ceil_div(w.n, shape.outputs), ceil_div(M, kRows)),
-                  kSplitGemvBlock, smem,
-                  stream, a, static_cast<const WT*>(w.w), w.bias, w.group_scales(),
-                  w.output_scales(), M, w.n, w.k, shape, out, w.early_weights, stage_norm);
+                  kSplitGemvBlock, smem, stream, a, static_cast<const WT*>(w.w), w.bias,
+                  w.group_scales(), w.output_scales(), M, w.n, w.k, shape, out, w.early_weights,
+                  stage_norm);
   });
 }
 

@@ -226,8 +226,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = tid; i < V; i += nt) atomicAdd(&sh.counts[prob_bucket(key[i])], 1);
         __syncthreads();
         if (tid == 0) {
-          sh.last = candidate_last_bucket(sh.counts, keep < V ? keep : 0,
-                                          static_cast<double>(P.top_p));
+          sh.last =
+              candidate_last_bucket(sh.counts, keep < V ? keep : 0, static_cast<double>(P.top_p));
           sh.candidates = candidate_count(sh.counts, sh.last);
           sh.filled = 0;
         }

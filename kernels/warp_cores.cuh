@@ -1,12 +1,12 @@
 // Mixer cores whose items (a row's or a sequence's channel) each sum over many positions or lags,
 // run either one thread per item (launch_core: the default) or one warp per item
-// (CudaBackendOptions::warp_cores: launch_warp_core), from one body written against a Lanes
-// policy: lane l of `step` takes terms l, l + step, …; max() and sum() combine the lanes (a warp's
-// fixed trees, warp_max and warp_sum: the same bits for an item whatever runs beside it); the
-// leader writes. With OneLane the body is the one-thread loop, its arithmetic unchanged.
+// (CudaBackendOptions::warp_cores), both through launch_lanes_core, from one body written against a
+// Lanes policy: lane l of `step` takes terms l, l + step, …; max() and sum() combine the lanes (a
+// warp's fixed trees, warp_max and warp_sum: the same bits for an item whatever runs beside it);
+// the leader writes. With OneLane the body is the one-thread loop, its arithmetic unchanged.
 #pragma once
 
-#include "kernels/cuda_common.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_core
 
 namespace mixserve::cuda {
 
@@ -50,8 +50,10 @@ __global__ void warp_core_kernel(const Core core, const int64_t items) {
   if (i < items) core.run(i, WarpLanes{});  // a whole warp: blocks are whole warps
 }
 
+// A warp per item (warps: CudaBackendOptions::warp_cores), else launch_core's thread per item.
 template <typename Core>
-void launch_warp_core(cudaStream_t stream, const Core& core, int64_t items) {
+void launch_lanes_core(cudaStream_t stream, const Core& core, int64_t items, bool warps) {
+  if (!warps) return launch_core(stream, core, items);
   launch_kernel(warp_core_kernel<Core>, static_cast<int>(ceil_div(items * 32, kWarpCoreThreads)),
                 kWarpCoreThreads, 0, stream, core, items);
 }

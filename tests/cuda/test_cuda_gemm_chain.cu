@@ -113,8 +113,8 @@ void check(CudaWeightType type, const Shape& s, bool early, Split split, uint32_
     ChainPlan plan;
     plan.cluster = cluster;
     plan.ordered = ordered;
-    const bool splits = split == Split::kKernel ||
-                        (split == Split::kLargeGemm && !plan.takes(5000, d));
+    const bool splits =
+        split == Split::kKernel || (split == Split::kLargeGemm && !plan.takes(5000, d));
     return !chains ? 0 : splits ? 2 : 1;
   };
   auto matrix = [&](int n, int k, float scale) {

@@ -71,8 +71,8 @@ void check(CudaWeightType type, int N, int K, bool norm, const std::vector<int>&
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(0, std::memcmp(&a[i], &b[i], sizeof(float)))
             << cuda_weight_type_name(type) << (m == &small ? " gemv.cu" : "")
-            << (m == &small_early ? " gemv.cu, early epilogue" : "") << " N " << N << " K "
-            << K << (norm ? " normed" : "") << " M " << M << " row " << i / N << " output " << i % N
+            << (m == &small_early ? " gemv.cu, early epilogue" : "") << " N " << N << " K " << K
+            << (norm ? " normed" : "") << " M " << M << " row " << i / N << " output " << i % N
             << ": " << a[i] << " vs tiled " << b[i];
     }
   }
@@ -140,7 +140,7 @@ TEST_P(PipelinedGemmModel, SameBitsAsTheTiledKernel) {
 // uneven prefill chunks; "" when every logit and state bit is the same.
 template <typename Set>
 std::string small_batch_option_difference(const Fixture& fx, Set set, ReportedOption reported,
-                                           std::vector<CudaWeightType> types, uint32_t seed) {
+                                          std::vector<CudaWeightType> types, uint32_t seed) {
   OptionBitsSchedule sch;
   sch.prefill = {{0, 5}, {5, 3}};
   sch.batches = {1, 3, 8};

@@ -127,9 +127,9 @@ void expect_same_as_host(int V, int rows, int seeds, bool candidates = false) {
                                            c.history, c.step, c.want_logprob);
     const std::string what =
         std::string(candidates ? "candidates, " : "") + "V=" + std::to_string(V) + " case " +
-        std::to_string(i) +
-        " (T=" + std::to_string(c.params.temperature) + " k=" + std::to_string(c.params.top_k) +
-        " p=" + std::to_string(c.params.top_p) + " min_p=" + std::to_string(c.params.min_p) + ")";
+        std::to_string(i) + " (T=" + std::to_string(c.params.temperature) +
+        " k=" + std::to_string(c.params.top_k) + " p=" + std::to_string(c.params.top_p) +
+        " min_p=" + std::to_string(c.params.min_p) + ")";
     ASSERT_EQ(got[i].token, want.token) << what;
     EXPECT_NEAR(got[i].logprob, want.logprob, 1e-5) << what;
     ASSERT_EQ(got[i].top.size(), want.top.size()) << what;

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <random>
 
 #include "kernels/cuda_backend.h"
@@ -55,14 +54,7 @@ TEST_P(WarpCores, DecodeEqualsPrefillAndBatchInvarianceBitwise) {
   const int64_t V = m.cfg.vocab_size;
   std::vector<int32_t> tokens(300);
   for (int32_t& t : tokens) t = std::uniform_int_distribution<int>(0, static_cast<int>(V) - 1)(rng);
-  SequenceState whole, stepwise;
-  const auto all = run.forward({&whole}, {tokens}, {0}, true);
-  for (int t = 0; t < static_cast<int>(tokens.size()); ++t) {
-    const auto one = run.forward({&stepwise}, {{tokens[t]}}, {t}, false);
-    ASSERT_EQ(0, std::memcmp(one.data(), &all[t * V], V * sizeof(float))) << "position " << t;
-  }
-  run.alloc.release(whole);
-  run.alloc.release(stepwise);
+  ASSERT_EQ(decode_prefill_difference(run, tokens, V), "");
   for (bool mixed : {false, true})
     for (int batch : {1, 7, 33}) {
       EXPECT_EQ(batch_invariance_failure(run, rng, batch, mixed, 300, 4), "");

@@ -62,11 +62,10 @@ TEST_P(CpuBackendOps, RealWidthHalfWeightsMatchTheFloat64Model) {
 // 96 (AFT-local) and 300, rows up to 300 tokens. The CUDA backend's warp-per-item cores
 // (tests/cuda/test_cuda_warp_cores.cc) run the same models.
 TEST(CpuBackendOpsLong, LongWindowsMatchTheFloat64Model) {
-  for (MixerKind kind :
-       {MixerKind::kAftFull, MixerKind::kAftLocal, MixerKind::kHe, MixerKind::kWe, MixerKind::kMe}) {
+  for (MixerKind kind : {MixerKind::kAftFull, MixerKind::kAftLocal, MixerKind::kHe, MixerKind::kWe,
+                         MixerKind::kMe}) {
     std::mt19937 rng(91 + static_cast<int>(kind));
-    const RandomModel m =
-        random_model(kind, rng, 0, 512, kind == MixerKind::kAftLocal ? 96 : 300);
+    const RandomModel m = random_model(kind, rng, 0, 512, kind == MixerKind::kAftLocal ? 96 : 300);
     if (kind != MixerKind::kAftFull)  // AFT-full takes no window: every position
       ASSERT_EQ(m.cfg.layers.at(0).window, kind == MixerKind::kAftLocal ? 96 : 300);
     CpuBackendOptions o;

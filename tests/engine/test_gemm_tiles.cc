@@ -78,7 +78,7 @@ TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
       for (int v : seen) ASSERT_EQ(v, 1) << "K " << K << " M " << M;
     }
   }
-  EXPECT_EQ(split_gemv_shape(128).groups, 8);  // d = 128 at M = 8: a row a thread
+  EXPECT_EQ(split_gemv_shape(128).groups, 8);    // d = 128 at M = 8: a row a thread
   EXPECT_EQ(split_gemv_shape(128).outputs, 16);  // d = 128: 16 outputs, 2 threads each
   EXPECT_EQ(split_gemv_shape(512).outputs, 8);
   EXPECT_EQ(split_gemv_shape(4096).outputs, 4);  // 64 threads an output

@@ -65,8 +65,8 @@ double max_abs_diff(const float* a, const float* b, size_t n);
 double rel_diff(const float* a, const float* b, const float* ref, size_t n);
 
 // Token-by-token decode of the whole sequence equals one prefill, and so does a prefill cut into
-// uneven chunks (7, 1, 5, 11, 6 tokens: 30, a fixture's length), logits and final state bit for
-// bit: "" or what differs. Frees every page it took when they agree.
+// uneven chunks (7, 1, 5, 11, 6 tokens: 30, a fixture's length, repeated for longer sequences),
+// logits and final state bit for bit: "" or what differs. Frees every page it took when they agree.
 std::string decode_prefill_difference(Runner& run, const std::vector<int32_t>& tokens, int64_t V);
 
 // Batch invariance, bit for bit: `batch` sequences, each with a random history of 0..max_history

@@ -4,8 +4,7 @@
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
-#include "kernels/gemm_chain.cuh"  // launch_core
-#include "kernels/warp_cores.cuh"
+#include "kernels/warp_cores.cuh"  // launch_core, launch_lanes_core
 
 namespace mixserve::cuda {
 
@@ -177,18 +176,13 @@ class CudaAft : public CudaPart {
     if (kind_ == MixerKind::kAftSimple) {
       launch_core(st.stream, AftSimpleCore{st.batch, st.pages, qkv, d, mixed}, items);
     } else if (kind_ == MixerKind::kAftLocal) {
-      const AftLocalCore core{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed};
-      if (warp_cores_)
-        launch_warp_core(st.stream, core, items);
-      else
-        launch_core(st.stream, core, items);
+      launch_lanes_core(st.stream,
+                        AftLocalCore{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed}, items,
+                        warp_cores_);
     } else {
       launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
-      const AftFullCore core{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed};
-      if (warp_cores_)
-        launch_warp_core(st.stream, core, int64_t{rows} * d);
-      else
-        launch_core(st.stream, core, int64_t{rows} * d);
+      launch_lanes_core(st.stream, AftFullCore{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed},
+                        int64_t{rows} * d, warp_cores_);
     }
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

@@ -4,8 +4,7 @@
 // (gemm_lags); HE/WE/ME use one thread per (row, channel). The ring is written after every row
 // of the step has read it.
 #include "kernels/cuda_part.cuh"
-#include "kernels/gemm_chain.cuh"  // launch_core
-#include "kernels/warp_cores.cuh"
+#include "kernels/warp_cores.cuh"  // launch_core, launch_lanes_core
 
 namespace mixserve::cuda {
 
@@ -110,11 +109,9 @@ class CudaExtractor : public CudaPart {
                 to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
-      const FirCore fir{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me};
-      if (warp_cores_)
-        launch_warp_core(st.stream, fir, items);
-      else
-        launch_core(st.stream, fir, items);
+      launch_lanes_core(st.stream,
+                        FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
+                        items, warp_cores_);
     }
     // After every row has read the ring (a barrier or a kernel boundary between the two).
     launch_core(st.stream, PushRingCore{st.batch, st.pages, src, d, window_}, items);
