@@ -77,6 +77,20 @@ bool env_switch(const char* name, bool option) {
   throw std::invalid_argument(std::string(name) + " must be 1 or 0, not '" + v + "'");
 }
 
+// A positive integer from the environment, else `fallback`.
+int env_int(const char* name, int fallback) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return fallback;
+  const int v = std::atoi(env);
+  if (v <= 0) throw std::invalid_argument(std::string(name) + " must be a positive integer");
+  return v;
+}
+
+// sequence_blocks for decode passes of up to this many sequences (one block each; each block reads
+// every weight the run uses from L2, so larger batches are left to the tiled kernel until a GPU
+// says where the two cross).
+constexpr int kSequenceBlockRows = 256;
+
 int bucket(int n) {
   int b = 1;
   while (b < n) b *= 2;
@@ -121,8 +135,9 @@ struct CudaBackend::Impl {
   double device_seconds = 0;
   bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
        ordered_sums = false, dependent_launch = false, pipelined_gemm = false,
-       early_weights = false, early_epilogue = false, gemm_chains = false;
-  int chain_cluster = 8;  // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
+       early_weights = false, early_epilogue = false, gemm_chains = false, sequence_blocks = false;
+  int sequence_block_rows = 0;  // the largest decode pass run by sequence blocks
+  int chain_cluster = 8;        // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
 
@@ -168,7 +183,10 @@ struct CudaBackend::Impl {
     step->apply_writes(stream, at);
     // Keeps runs of small projections for one kernel each; flushed before every event and at the
     // end (the logits are copied out after the pass).
-    GemmChainScope chains(gemm_chains && R <= kChainRows, chain_cluster);
+    // With sequence_blocks, a pass whose sequences have one row each keeps its runs for one block
+    // a sequence instead.
+    const int sequences = sequence_blocks && R == at.S && R <= sequence_block_rows ? R : 0;
+    GemmChainScope chains(gemm_chains && R <= kChainRows, chain_cluster, sequences);
     embed(stream, b, R, d, embed_params, x.get());
     Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
     for (int l = 0; l < n_layers; ++l) {
@@ -303,6 +321,11 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
   m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;
+  // 209 KB of shared memory a block: sm_90's.
+  m.sequence_blocks =
+      env_switch("MIXSERVE_CUDA_SEQUENCE_BLOCKS", opts.sequence_blocks) && major >= 9;
+  dw.use_sequence_blocks(m.sequence_blocks);
+  m.sequence_block_rows = env_int("MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS", kSequenceBlockRows);
   m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
   m.embed_params.scale = cfg.embed_scale;
   if (cfg.position == PositionKind::kLearned)
@@ -458,6 +481,9 @@ bool CudaBackend::tensor_cores() const {
 }
 bool CudaBackend::small_batch_gemv() const {
   return impl_->small_batch_gemv;
+}
+bool CudaBackend::sequence_blocks() const {
+  return impl_->sequence_blocks;
 }
 bool CudaBackend::ordered_sums() const {
   return impl_->ordered_sums;

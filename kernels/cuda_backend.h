@@ -116,6 +116,20 @@ struct CudaBackendOptions {
   // MIXSERVE_CUDA_GEMM_CHAINS=1|0 overrides; MIXSERVE_CUDA_CHAIN_CLUSTER=8|16 sets the cluster's
   // blocks (8: the portable size). Off by default until it has passed on a GPU.
   bool gemm_chains = false;
+  // Decode passes (every sequence one row) of up to 256 sequences run each run of projections and
+  // element-wise cores that gemm_chains would chain as one kernel of one block per sequence
+  // (kernels/sequence_blocks.cuh): block s does every phase for row s alone, so only
+  // __syncthreads() separates the phases, and streams the weights through a ring of shared-memory
+  // slots, several tiles ahead across phases and layers. A batch-1 step of aft_simple becomes the
+  // embedding, one kernel and the logits. Why: at d = 128 a step's weights (7 MB, f16) stay in L2
+  // and a layer's are 393 KB, so a block's bandwidth from L2, not ~90 kernels' memory round trips
+  // (324 µs at batch 1 on an H200, 2026-11-28), bounds the step. Matrices of float32, float16,
+  // bfloat16 or int8 weights up to 1 MB, K ≤ 4,096, are uploaded a second time in the kernel's
+  // tiles (sequence_tiles.h); the others run as before. The same bits as the default path (one
+  // FMA chain per output). MIXSERVE_CUDA_SEQUENCE_BLOCKS=1|0 overrides,
+  // MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS the largest batch. Off by default until it has passed on a
+  // GPU.
+  bool sequence_blocks = false;
   int device = 0;
 };
 
@@ -164,6 +178,7 @@ class CudaBackend : public Backend {
   bool early_weights() const;
   bool early_epilogue() const;
   bool gemm_chains() const;
+  bool sequence_blocks() const;
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

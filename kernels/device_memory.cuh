@@ -98,6 +98,9 @@ struct DevMatrix {
   // aux operand, int8 output scales) right after the wait for the previous kernel instead of at
   // the end (CudaBackendOptions::early_epilogue). gemv_ordered.cu always does.
   bool early_epilogue = false;
+  // The weights once more in sequence_tiles.h's tiles (CudaBackendOptions::sequence_blocks;
+  // float32, float16, bfloat16 and int8 matrices of at most kSeqMaxMatrixBytes), null otherwise.
+  const void* seq_tiles = nullptr;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).
   const float* output_scales() const { return type == CudaWeightType::kInt8 ? scales : nullptr; }
@@ -122,6 +125,8 @@ class DeviceWeights {
   void use_early_weights(bool on) { early_weights_ = on; }
   // Matrices uploaded from now on load their epilogue's operands early (DevMatrix::early_epilogue).
   void use_early_epilogue(bool on) { early_epilogue_ = on; }
+  // Matrices uploaded from now on get their sequence-block tiles too (DevMatrix::seq_tiles).
+  void use_sequence_blocks(bool on) { sequence_blocks_ = on; }
   // Attention parts built from now on split their keys (CudaBackendOptions::split_attention).
   // Kept here, beside the GEMM choices, because every part's factory gets this object.
   void use_split_attention(bool on) { split_attention_ = on; }
@@ -144,13 +149,15 @@ class DeviceWeights {
   DevMatrix linear(const WeightSource& ws, const std::string& name, int n, int k, bool bias) {
     return fused(ws, "", {name}, n, k, bias);
   }
+  // Every weight uploaded, a matrix's sequence-block tiles not counted again (a step reads one
+  // copy).
   size_t bytes() const { return bytes_; }
 
  private:
   CudaWeightType type_;
   bool tensor_cores_ = false, small_batch_gemv_ = false, ordered_sums_ = false, pipelined_ = false,
        early_weights_ = false, early_epilogue_ = false, split_attention_ = false,
-       warp_cores_ = false;
+       warp_cores_ = false, sequence_blocks_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
   void* upload(const void* host, size_t bytes);

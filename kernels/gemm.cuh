@@ -53,9 +53,13 @@ void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, cons
 // GEMM no longer fits, or at flush(). Every stream operation that is not a kernel
 // launch (copies, events) must come after a flush. One lone GEMM is launched as gemm() would.
 class GemmChain;
+//
+// With `sequences` > 0 (CudaBackendOptions::sequence_blocks, a pass where each of that many
+// sequences has one row) the scope keeps the GEMMs with sequence-block tiles instead, and launches
+// a run as sequence_blocks.cuh's kernel, one block a sequence, whether `on` or not.
 class GemmChainScope {
  public:
-  explicit GemmChainScope(bool on, int cluster = 8);
+  explicit GemmChainScope(bool on, int cluster = 8, int sequences = 0);
   ~GemmChainScope();  // drops what was not flushed (an exception is on its way)
   GemmChainScope(const GemmChainScope&) = delete;
   GemmChainScope& operator=(const GemmChainScope&) = delete;
@@ -73,8 +77,10 @@ bool chain_open();
 // Throws std::invalid_argument unless a chain's cluster size is 8 or 16 (each chain kernel is
 // allowed 16 blocks at its first launch with them).
 void check_gemm_chain_cluster(int cluster);
-// Chains launched as one kernel so far in this process (tests: a chain did run).
+// Chains launched as one kernel so far in this process (tests: a chain did run), and of those the
+// ones launched as one block a sequence.
 int64_t gemm_chains_launched();
+int64_t sequence_kernels_launched();
 // gemm()'s first step: true when the open scope kept the GEMM.
 bool chain_gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                 const GemmOut& out);

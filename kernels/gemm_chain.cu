@@ -4,7 +4,9 @@
 // them, and a mixer's element-wise core (launch_core) joins the run as a phase of its own (or
 // starts a new one); the next other kernel launch, a GEMM or core that does not fit, or flush()
 // launches the run kept so far as one kernel (gemm_chain.cuh). The schedule is
-// kernels/gemm_chain_plan.h, checked on the CPU; why it pays is written there.
+// kernels/gemm_chain_plan.h, checked on the CPU; why it pays is written there. In a scope's
+// sequence mode (CudaBackendOptions::sequence_blocks) the same runs are kept, of the GEMMs with
+// sequence-block tiles, and launched as one block a sequence (sequence_blocks.cuh).
 #include "kernels/gemm_chain.cuh"
 
 namespace mixserve::cuda {
@@ -14,15 +16,22 @@ using gemm_chain::KeptGemm;
 
 class GemmChain {
  public:
-  explicit GemmChain(int cluster) { plan_.cluster = cluster; }
+  GemmChain(int cluster, int sequences) {
+    plan_.cluster = cluster;
+    plan_.sequences = sequences;
+  }
 
   // Keeps the GEMM (true), or leaves it to gemm() (false; the launch that follows flushes).
   bool take(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
     // gemv_ordered.cu's GEMMs (the K-chunked order) chain in that order's kernel, gemv.cu's in the
-    // other.
-    const bool ordered = gemv_ordered_applies(w, M);
-    if (ordered && !gemm_chain::chains_in_order(w.type)) return false;
-    if (!ordered && !gemv_applies(w, M)) return false;
+    // other; with one block a sequence, the GEMMs with sequence-block tiles (one FMA chain each).
+    const bool ordered = plan_.sequences == 0 && gemv_ordered_applies(w, M);
+    if (plan_.sequences > 0) {
+      if (!sequence_blocks::sequence_blocks_apply(w, M, plan_.sequences)) return false;
+    } else {
+      if (ordered && !gemm_chain::chains_in_order(w.type)) return false;
+      if (!ordered && !gemv_applies(w, M)) return false;
+    }
     if (!empty()) {
       // A run is of one stream, one order and one weight type, which its cores join.
       const bool fits =
@@ -46,6 +55,14 @@ class GemmChain {
   void take_core(cudaStream_t stream, const void* type,
                  const std::function<std::unique_ptr<ChainCores>()>& make, const void* core,
                  int64_t items) {
+    if (plan_.sequences > 0 && items % plan_.sequences != 0) {
+      // Not a whole number of items a sequence: on its own, after what was kept.
+      flush();
+      const std::unique_ptr<ChainCores> alone = make();
+      alone->add(core, items);
+      alone->launch_alone(stream, 0);
+      return;
+    }
     const bool joins = !empty() && stream == stream_ && plan_.takes_core() &&
                        (!cores_ || (cores_->type() == type && cores_->size() < kChainMaxCores)) &&
                        (kept_.empty() || gemm_chain::cores_join(kept_[0].w.type, plan_.ordered));
@@ -76,7 +93,7 @@ class GemmChain {
 namespace {
 
 thread_local GemmChain* active_chain = nullptr;
-std::atomic<int64_t> chains_launched{0};
+std::atomic<int64_t> chains_launched{0}, sequence_kernels{0};
 
 void flush_active_chain() {
   if (active_chain) active_chain->flush();
@@ -136,15 +153,23 @@ int64_t gemm_chains_launched() {
   return chains_launched.load(std::memory_order_relaxed);
 }
 
+void gemm_chain::count_sequence_launch() {
+  sequence_kernels.fetch_add(1, std::memory_order_relaxed);
+}
+
+int64_t sequence_kernels_launched() {
+  return sequence_kernels.load(std::memory_order_relaxed);
+}
+
 void check_gemm_chain_cluster(int cluster) {
   if (cluster != kChainCluster && cluster != kChainMaxCluster)
     throw std::invalid_argument("a GEMM chain's cluster is 8 or 16 blocks");
 }
 
-GemmChainScope::GemmChainScope(bool on, int cluster) : previous_(active_chain) {
+GemmChainScope::GemmChainScope(bool on, int cluster, int sequences) : previous_(active_chain) {
   check_gemm_chain_cluster(cluster);
-  if (!on) return;
-  chain_ = std::make_unique<GemmChain>(cluster);
+  if (!on && sequences == 0) return;
+  chain_ = std::make_unique<GemmChain>(cluster, sequences);
   active_chain = chain_.get();
   before_kernel_launch = flush_active_chain;
 }

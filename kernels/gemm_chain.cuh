@@ -23,6 +23,7 @@
 
 #include "kernels/gemm_chain_ordered.cuh"
 #include "kernels/gemv_stage.cuh"
+#include "kernels/sequence_blocks.cuh"
 
 namespace mixserve::cuda {
 namespace gemm_chain {
@@ -116,8 +117,9 @@ struct KeptGemm {
   GemmOut out;
 };
 
-// Counts every chain launched (gemm_chains_launched()).
+// Counts every chain launched (gemm_chains_launched(); sequence_kernels_launched()).
 void count_chain_launch();
+void count_sequence_launch();
 
 // kKernel as one cluster of `cluster` blocks; above the portable size (16 blocks) allowed once per
 // kernel, at its first such launch.
@@ -147,11 +149,19 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
   for (int p = 0; p < plan.phases; ++p) {
     if (plan.is_core(p)) continue;
     const KeptGemm& k = kept.at(g++);
+    // One block a sequence reads the weights' sequence-block tiles (sequence_tiles.h).
+    const void* w = plan.sequences > 0 ? k.w.seq_tiles : k.w.w;
     c.phase[p] = {
-        k.in, static_cast<const WT*>(k.w.w), k.w.bias, k.w.group_scales(), k.w.output_scales(), k.M,
+        k.in, static_cast<const WT*>(w), k.w.bias, k.w.group_scales(), k.w.output_scales(), k.M,
         k.out};
   }
-  if (!plan.ordered) {
+  if (plan.sequences > 0) {
+    if constexpr (std::is_same_v<WT, gemm_parts::PackedInt4>)
+      throw std::logic_error("int4 GEMMs have no sequence-block tiles");
+    else
+      sequence_blocks::launch_sequences<WT, Core>(stream, c, cores, plan.sequences);
+    count_sequence_launch();
+  } else if (!plan.ordered) {
     launch_one_cluster<chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);
   } else if constexpr (kChainsInOrder<WT>) {
     launch_one_cluster<ordered_chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);

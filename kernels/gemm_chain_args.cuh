@@ -48,6 +48,18 @@ __device__ __forceinline__ void run_core(const Core& core, int64_t items) {
   }
 }
 
+// Sequence s's share of the core's items — items / sequences each, sequence-major, as every
+// core numbers them (a sequence's or its row's channels) — over the block's threads
+// (sequence_blocks.cuh: one block a sequence).
+template <typename Core>
+__device__ __forceinline__ void run_core_of_sequence(const Core& core, int64_t items, int s,
+                                                     int sequences) {
+  if constexpr (!std::is_same_v<Core, NoCore>) {
+    const int64_t per = items / sequences, first = s * per;
+    for (int64_t i = first + threadIdx.x; i < first + per; i += blockDim.x) core(i);
+  }
+}
+
 // The chain's cores, in the order of their phases: the i-th core phase runs core[i] over items[i]
 // (kernel parameters, as ChainArgs; one core type a chain).
 template <typename Core>
@@ -55,10 +67,14 @@ struct CoreList {
   Core core[kChainMaxCores];
   int64_t items[kChainMaxCores];
   __device__ void run(int i) const { run_core(core[i], items[i]); }
+  __device__ void run_sequence(int i, int s, int sequences) const {
+    run_core_of_sequence(core[i], items[i], s, sequences);
+  }
 };
 template <>
 struct CoreList<NoCore> {
   __device__ void run(int) const {}
+  __device__ void run_sequence(int, int, int) const {}
 };
 
 }  // namespace gemm_chain

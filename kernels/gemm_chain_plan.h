@@ -28,7 +28,8 @@
 // order's fixed way (combine_chunks): gemv_ordered.cu's bits, which the host emulator predicts.
 #pragma once
 
-#include "kernels/gemm_tiles.h"  // split_gemv_padded; sum_order.h
+#include "kernels/gemm_tiles.h"      // split_gemv_padded; sum_order.h
+#include "kernels/sequence_tiles.h"  // kSeqMaxK
 
 namespace mixserve::cuda {
 
@@ -59,6 +60,9 @@ struct ChainCursor {
 struct ChainPlan {
   int cluster = kChainCluster;
   bool ordered = false;  // the K-chunked order's layout (gemm_chain_ordered.cuh)
+  // > 0: the run is sequence_blocks.cuh's kernel, one block for each of these sequences, instead
+  // of one cluster; a block then does every tile of every phase for its sequence's row.
+  int sequences = 0;
   int phases = 0;
   int n[kChainMaxPhases] = {};
   int k[kChainMaxPhases] = {};
@@ -110,6 +114,7 @@ struct ChainPlan {
   // Whether a GEMM of n outputs and K = k may join: a block's share of it stays small (one
   // cluster does the whole GEMM, where gemv.cu would spread it over ceil(n / 32) blocks).
   MIXSERVE_HD constexpr bool takes(int n_, int k_) const {
+    if (sequences > 0) return phases < kChainMaxPhases && n_ > 0 && k_ > 0 && k_ <= kSeqMaxK;
     if (phases >= kChainMaxPhases || n_ <= 0 || k_ <= 0 || k_ > kChainMaxK) return false;
     return ceil_div(ceil_div(n_, tile_outputs_of(n_, k_)), cluster) <= kChainMaxTiles;
   }

@@ -4,6 +4,7 @@
 #include "engine/model_weights.h"
 #include "engine/quantize.h"
 #include "kernels/ops.cuh"
+#include "kernels/sequence_tiles.h"
 #include "kernels/sum_order.h"
 
 namespace mixserve::cuda {
@@ -167,20 +168,30 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
     for (size_t i = 0; i < count && exact; ++i) exact = __half2float(__float2half_rn(w[i])) == w[i];
     m.type = exact ? CudaWeightType::kF16 : CudaWeightType::kF32;
   }
+  // The stored weights, and how many bits each (sequence-block tiles for all but int4).
+  auto upload_weights = [&](const void* host, int bits) {
+    const size_t bytes = count * static_cast<size_t>(bits) / 8;
+    m.w = upload(host, bytes);
+    if (sequence_blocks_ && static_cast<int64_t>(bytes) <= kSeqMaxMatrixBytes && k <= kSeqMaxK) {
+      const std::vector<unsigned char> tiles = arrange_seq_tiles(host, n, k, bits);
+      m.seq_tiles = upload(tiles.data(), tiles.size());
+      bytes_ -= tiles.size();  // the same weights again: a step reads one copy or the other
+    }
+  };
   if (m.type == CudaWeightType::kF32) {
-    m.w = upload(w, count * sizeof(float));
+    upload_weights(w, 32);
   } else if (m.type == CudaWeightType::kF16) {
     std::vector<__half> h(count);
     for (size_t i = 0; i < count; ++i) h[i] = __float2half_rn(w[i]);
-    m.w = upload(h.data(), count * sizeof(__half));
+    upload_weights(h.data(), 16);
   } else if (m.type == CudaWeightType::kBF16) {
     std::vector<__nv_bfloat16> h(count);
     for (size_t i = 0; i < count; ++i) h[i] = __float2bfloat16_rn(w[i]);
-    m.w = upload(h.data(), count * sizeof(__nv_bfloat16));
+    upload_weights(h.data(), 16);
   } else if (m.type == CudaWeightType::kInt8) {
     // The CPU's quantization (engine/quantize.h), so both backends hold the same values.
     const QuantizedMatrix q = quantize_int8(w, n, k);
-    m.w = upload(q.q.data(), count);
+    upload_weights(q.q.data(), 8);
     m.scales = f32(q.scales);
   } else if (m.type == CudaWeightType::kInt4) {
     // The same, two weights a byte (the layout is in device_memory.cuh).

@@ -29,6 +29,22 @@ __device__ __forceinline__ float half_at(uint32_t bits, __nv_bfloat16) {
   return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
 }
 
+// Term e of a 16-byte load of WT weights as the sums use it (load_weight's value; int4's with its
+// group's scale); e is a constant once unrolled.
+template <typename WT>
+__device__ __forceinline__ float unit_term(const uint4& v, int e, float int4_scale = 0.0f) {
+  const uint32_t w = word(v, e * weight_bits<WT>() / 32);
+  if constexpr (std::is_same_v<WT, float>) {
+    return __uint_as_float(w);
+  } else if constexpr (std::is_same_v<WT, int8_t>) {
+    return widen(static_cast<int8_t>(static_cast<uint8_t>(w >> (e % 4 * 8))));
+  } else if constexpr (std::is_same_v<WT, PackedInt4>) {
+    return int4_weight(int4_nibble(w, e % 8), int4_scale);
+  } else {
+    return half_at(w >> (e % 2 * 16), WT{});
+  }
+}
+
 template <typename WT>
 struct HeldChunk {
   static constexpr int kTermsPerLoad = 128 / weight_bits<WT>();  // f32 4, f16 8, int8 16, int4 32
@@ -59,16 +75,11 @@ struct HeldChunk {
 
   // Term k of the chunk as the sum uses it (load_weight's value); k is a constant once unrolled.
   __device__ __forceinline__ float term(int k) const {
-    const uint32_t w = word(v[k / kTermsPerLoad], k % kTermsPerLoad * weight_bits<WT>() / 32);
-    if constexpr (std::is_same_v<WT, float>) {
-      return __uint_as_float(w);
-    } else if constexpr (std::is_same_v<WT, int8_t>) {
-      return widen(static_cast<int8_t>(static_cast<uint8_t>(w >> (k % 4 * 8))));
-    } else if constexpr (std::is_same_v<WT, PackedInt4>) {
-      return int4_weight(int4_nibble(w, k % 8), scale[k / static_cast<int>(kInt4Group)]);
-    } else {
-      return half_at(w >> (k % 2 * 16), WT{});
-    }
+    if constexpr (std::is_same_v<WT, PackedInt4>)
+      return unit_term<WT>(v[k / kTermsPerLoad], k % kTermsPerLoad,
+                           scale[k / static_cast<int>(kInt4Group)]);
+    else
+      return unit_term<WT>(v[k / kTermsPerLoad], k % kTermsPerLoad);
   }
 };
 

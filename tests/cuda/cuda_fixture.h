@@ -20,7 +20,8 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::string> {
     for (const char* name :
          {"MIXSERVE_CUDA_GEMV", "MIXSERVE_CUDA_TENSOR_CORES", "MIXSERVE_CUDA_ORDERED",
           "MIXSERVE_CUDA_BLOCK_TABLES", "MIXSERVE_CUDA_SPLIT_ATTENTION", "MIXSERVE_CUDA_PIPELINED",
-          "MIXSERVE_CUDA_GEMM_CHAINS", "MIXSERVE_CUDA_CHAIN_CLUSTER"})
+          "MIXSERVE_CUDA_GEMM_CHAINS", "MIXSERVE_CUDA_CHAIN_CLUSTER",
+          "MIXSERVE_CUDA_SEQUENCE_BLOCKS", "MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS"})
       unsetenv(name);
     fx_ = load_fixture(GetParam());
   }

@@ -1,0 +1,171 @@
+// One block per sequence (CudaBackendOptions::sequence_blocks; kernels/sequence_tiles.h says why
+// and lays out the weights): a run of projections and element-wise cores that a GemmChainScope kept
+// in a pass where every sequence has one row (decode) runs as one kernel of one block per
+// sequence. Block s runs every phase for row s only — its GEMMs' row s, its cores' items of
+// sequence s — so it reads only what it wrote itself and __syncthreads() separates the phases.
+// The step's weights stream through a ring of kSeqSlots shared-memory slots, tile after tile in
+// the order the phases use them, kSeqSlots − 1 tiles in flight across phase and layer boundaries
+// (with early_weights the first before the wait for the previous kernel).
+//
+// Bits: an output is one FMA chain over k = 0…K−1 from +0 on the row layer-normed as PlainLoader
+// does (ordered_chunk::copy_rows), finished by finish(): the bits of gemv.cu and the tiled kernel
+// (tests: SequenceTiles.* on the CPU, SequenceBlocksModel.* on a GPU). A core's items run once
+// each, as in its own kernel.
+#pragma once
+
+#include <cuda_pipeline.h>
+
+#include "kernels/gemm_chain_args.cuh"
+#include "kernels/ordered_chunk.cuh"  // copy_rows, unit_term
+#include "kernels/sequence_tiles.h"
+
+namespace mixserve::cuda {
+namespace sequence_blocks {
+
+using namespace gemm_parts;
+using gemm_chain::ChainArgs;
+using gemm_chain::ChainPhase;
+using gemm_chain::CoreList;
+
+constexpr int kRowFloats = split_gemv_padded(kSeqMaxK);  // the row of A, as copy_rows lays it out
+constexpr size_t kSmemBytes = size_t{kSeqSlots} * kSeqSlotBytes + kRowFloats * sizeof(float);
+
+__device__ __forceinline__ unsigned char* slot(int i) {
+  extern __shared__ float4 smem4[];
+  return reinterpret_cast<unsigned char*>(smem4) + (i % kSeqSlots) * kSeqSlotBytes;
+}
+__device__ __forceinline__ float* row_of_a() {
+  return reinterpret_cast<float*>(slot(0) + kSeqSlots * kSeqSlotBytes);
+}
+
+template <typename WT>
+__device__ __forceinline__ SeqTiles tiles_of(const ChainArgs<WT>& c, int p) {
+  return seq_tiles(c.plan.n[p], c.plan.k[p], weight_bits<WT>());
+}
+
+// The next tile to copy: phase `phase`'s tile `tile` (phase == plan.phases: none left), and the
+// slot it goes to (tiles are numbered over the whole run: tile i in slot i mod kSeqSlots).
+struct CopyCursor {
+  int phase = 0, tile = 0, index = 0;
+};
+
+template <typename WT>
+__device__ __forceinline__ void skip_cores(const ChainArgs<WT>& c, CopyCursor& at) {
+  while (at.phase < c.plan.phases && c.plan.is_core(at.phase)) ++at.phase;
+}
+
+// The cursor's tile into its slot by cp.async (one commit group a call, empty when none is left),
+// then the cursor moves on. Weights only, which no kernel writes: it may run before the wait.
+template <typename WT>
+__device__ void copy_next(const ChainArgs<WT>& c, CopyCursor& at) {
+  if (at.phase < c.plan.phases) {
+    const SeqTiles t = tiles_of(c, at.phase);
+    const int nb = t.nb_of(at.tile), kt = t.kt_of(at.tile);
+    const auto* src = reinterpret_cast<const uint4*>(
+        reinterpret_cast<const unsigned char*>(c.phase[at.phase].w) + t.offset(nb, kt));
+    auto* dst = reinterpret_cast<uint4*>(slot(at.index));
+    for (int i = threadIdx.x; i < t.bytes(nb, kt) / 16; i += blockDim.x)
+      __pipeline_memcpy_async(dst + i, src + i, 16);
+    if (++at.tile == t.tiles()) {
+      at.tile = 0;
+      ++at.phase;
+      skip_cores(c, at);
+    }
+  }
+  __pipeline_commit();
+  ++at.index;
+}
+
+template <typename WT>
+__device__ __forceinline__ void copy_ahead(const ChainArgs<WT>& c, CopyCursor& at) {
+  skip_cores(c, at);
+  for (int i = 0; i < kSeqSlots - 1; ++i) copy_next(c, at);
+}
+
+// Row s of GEMM phase p: its row of A copied (and normed) into shared memory, then its tiles as
+// they land, each output's terms in order, the next tiles' copies issued as slots free up.
+template <typename WT>
+__device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, CopyCursor& copy,
+                                         int& summed, float* stats) {
+  constexpr int kTerms = 128 / weight_bits<WT>();
+  const ChainPhase<WT>& ph = c.phase[p];
+  const SeqTiles t = tiles_of(c, p);
+  const int K = t.k;
+  float* As = row_of_a();
+  PlainLoader a{ph.in, K, nullptr, nullptr};
+  a.bind(stats, ordered_chunk::kRows);
+  ordered_chunk::copy_rows(a, As, split_gemv_padded(K), 1, K, nullptr, s);  // ends with a barrier
+  const int i = threadIdx.x;
+  float acc = 0.0f;
+  for (int tile = 0; tile < t.tiles(); ++tile, ++summed) {
+    __pipeline_wait_prior(kSeqSlots - 2);  // this thread's copies of tile `summed` have landed
+    __syncthreads();  // everyone's have; the slot of tile summed − 1 is read by no one
+    copy_next(c, copy);
+    const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
+    if (i >= rows) continue;
+    const auto* w = reinterpret_cast<const uint4*>(slot(summed));
+    for (int j = 0; j < t.units_of(kt); ++j) {
+      const uint4 v = w[j * rows + i];
+      const int k0 = t.first_term(kt, j);  // a multiple of kTerms: 4 terms of A are 16 bytes
+#pragma unroll
+      for (int q = 0; q < kTerms / 4; ++q) {
+        const float4 a4 = *reinterpret_cast<const float4*>(As + split_gemv_padded(k0 + 4 * q));
+        const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (k0 + 4 * q + e < K)
+            acc = __fmaf_rn(a[e], ordered_chunk::unit_term<WT>(v, 4 * q + e), acc);
+      }
+    }
+    if (kt + 1 == t.k_tiles()) {
+      const int n = nb * kSeqThreads + i;
+      finish(ph.out, ph.bias, s, n, scale_output(acc, ph.output_scales, n));
+      acc = 0.0f;
+    }
+  }
+}
+
+template <typename WT, typename Core>
+__global__ void __launch_bounds__(kSeqThreads, 1)
+    sequence_kernel(const ChainArgs<WT> c, const CoreList<Core> cores, const int sequences) {
+  auto copy = kernel_prologue_into<CopyCursor>([&](CopyCursor& at) {
+    if (c.early_weights) copy_ahead(c, at);
+  });
+  if (!c.early_weights) copy_ahead(c, copy);
+  __shared__ float stats[2 * ordered_chunk::kRows];
+  const int s = blockIdx.x;
+  int summed = 0;  // tiles summed so far: the next is in slot summed mod kSeqSlots
+  int core = 0;
+  for (int p = 0; p < c.plan.phases; ++p) {
+    __syncthreads();  // the previous phase's writes are visible, its reads done
+    if (c.plan.is_core(p))
+      cores.run_sequence(core++, s, sequences);
+    else
+      run_gemm(c, p, s, copy, summed, stats);
+  }
+  __pipeline_wait_prior(0);  // no copy outlives the block
+}
+
+// Whether `w` may be one of a sequence kernel's GEMMs in a pass of M rows for `sequences`
+// sequences: its tiles uploaded (DevMatrix::seq_tiles: float32, float16, bfloat16 or int8, small
+// enough), every sequence one row, the row of A within shared memory, the one-FMA-chain order.
+inline bool sequence_blocks_apply(const DevMatrix& w, int M, int sequences) {
+  return w.seq_tiles && M == sequences && w.k <= kSeqMaxK && !w.ordered_sums && !w.tensor_cores;
+}
+
+template <typename WT, typename Core>
+void launch_sequences(cudaStream_t stream, const ChainArgs<WT>& c, const CoreList<Core>& cores,
+                      int sequences) {
+  static const bool sized = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(sequence_kernel<WT, Core>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kSmemBytes)));
+    return true;
+  }();
+  (void)sized;
+  launch_kernel(sequence_kernel<WT, Core>, sequences, kSeqThreads, kSmemBytes, stream, c, cores,
+                sequences);
+}
+
+}  // namespace sequence_blocks
+}  // namespace mixserve::cuda

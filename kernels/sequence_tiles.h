@@ -1,0 +1,104 @@
+// Where sequence_blocks.cuh's kernel finds each weight (CudaBackendOptions::sequence_blocks): plain
+// C++, so the CPU tests (tests/engine/test_sequence_tiles.cc) check the layout, and the kernel's
+// walk through it, without a GPU.
+//
+// Why: a batch-1 decode step at d = 128 is ~90 kernels of ~3.5 µs each, and in each the block
+// waits for memory round trips (H200, 2026-11-28: a kernel boundary 0.76 µs, a cluster barrier
+// 0.49 µs; GEMM chains, which replaced the boundaries with cluster barriers, were slower). At that
+// size a layer's weights are 393 KB (f16) and the whole step's 7 MB, which stays in L2. So one
+// block per sequence runs every projection and element-wise core of the step in order, its own
+// row only — no other block ever reads what it writes, so __syncthreads() is the only barrier —
+// and streams the step's weights through a ring of shared-memory slots with cp.async, several
+// slots ahead of the sums (weights are never written, so the copies may run across phases and
+// layers). A block then waits on its multiprocessor's bandwidth from L2, not on round trips.
+//
+// The layout: each matrix W [n, k] is uploaded once more, as tiles that are one contiguous copy
+// each. Outputs go in blocks of kSeqThreads (thread t of the block sums output nb·T + t, T = the
+// block's rows), and K in tiles of `units` 16-byte pieces of a row (terms_per_unit() terms each):
+// tile (nb, kt) holds, for every unit j of the tile and every row i of the n-block, the 16 bytes
+// of row nb·T + i covering terms (kt·units + j)·tpu … + tpu − 1, at byte (j·rows + i)·16 — so a
+// warp's 32 threads read 32 consecutive 16-byte pieces (no bank conflict), and a tile fits a slot.
+// Tiles are stored n-block by n-block, each n-block's k-tiles in order, so an output's terms come
+// in order k = 0…K−1 and each output is one FMA chain from +0, as every other kernel sums it in
+// the default order: the same bits (tests: SequenceTiles.* here, SequenceBlocksModel.* on a GPU).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/sum_order.h"  // MIXSERVE_HD
+
+namespace mixserve::cuda {
+
+constexpr int kSeqThreads = 512;          // a block's threads: outputs summed at once
+constexpr int kSeqSlotBytes = 32 * 1024;  // one ring slot: one tile
+constexpr int kSeqSlots = 6;    // slots in the ring: 5 tiles in flight while one is summed
+constexpr int kSeqMaxK = 4096;  // the row of A a block keeps in shared memory
+constexpr int64_t kSeqMaxMatrixBytes = 1 << 20;  // larger matrices are not streamed by every block
+
+struct SeqTiles {
+  int n = 0, k = 0, bits = 0;
+  int units = 0;  // 16-byte pieces of a k-tile (the last k-tile may have fewer)
+
+  MIXSERVE_HD static constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+  MIXSERVE_HD static constexpr int min_of(int a, int b) { return a < b ? a : b; }
+  MIXSERVE_HD constexpr int terms_per_unit() const { return 128 / bits; }
+  MIXSERVE_HD constexpr int row_units() const { return ceil_div(k, terms_per_unit()); }
+  MIXSERVE_HD constexpr int n_blocks() const { return ceil_div(n, kSeqThreads); }
+  MIXSERVE_HD constexpr int k_tiles() const { return ceil_div(row_units(), units); }
+  MIXSERVE_HD constexpr int tiles() const { return n_blocks() * k_tiles(); }
+  MIXSERVE_HD constexpr int rows(int nb) const { return min_of(kSeqThreads, n - nb * kSeqThreads); }
+  MIXSERVE_HD constexpr int units_of(int kt) const {
+    return min_of(units, row_units() - kt * units);
+  }
+  MIXSERVE_HD constexpr int first_term(int kt, int j) const {
+    return (kt * units + j) * terms_per_unit();
+  }
+  // Tile (nb, kt): where it starts in the arranged copy, and its bytes (one slot's copy).
+  MIXSERVE_HD constexpr int64_t offset(int nb, int kt) const {
+    return (int64_t{nb} * kSeqThreads * row_units() + int64_t{rows(nb)} * kt * units) * 16;
+  }
+  MIXSERVE_HD constexpr int bytes(int nb, int kt) const { return rows(nb) * units_of(kt) * 16; }
+  // Tile t of the matrix's walk: n-block t / k_tiles(), k-tile t % k_tiles().
+  MIXSERVE_HD constexpr int nb_of(int t) const { return t / k_tiles(); }
+  MIXSERVE_HD constexpr int kt_of(int t) const { return t % k_tiles(); }
+  MIXSERVE_HD constexpr int64_t arranged_bytes() const { return int64_t{n} * row_units() * 16; }
+};
+
+// The tiles of W [n, k] with `bits` a weight (32, 16 or 8): k-tiles as wide as a slot holds for the
+// widest n-block, balanced so the last is not a sliver.
+MIXSERVE_HD constexpr SeqTiles seq_tiles(int n, int k, int bits) {
+  SeqTiles t{n, k, bits, 1};
+  const int rows = SeqTiles::min_of(kSeqThreads, n);
+  int units = kSeqSlotBytes / (rows * 16);
+  if (units < 1) units = 1;
+  const int row_units = t.row_units();
+  if (units > row_units) units = row_units;
+  const int k_tiles = SeqTiles::ceil_div(row_units, units);
+  t.units = SeqTiles::ceil_div(row_units, k_tiles);
+  return t;
+}
+
+// W [n, k] (rows of k·bits/8 bytes, row-major, as DevMatrix stores it) in seq_tiles' layout, the
+// pieces past a row's end zero.
+inline std::vector<unsigned char> arrange_seq_tiles(const void* w, int n, int k, int bits) {
+  const SeqTiles t = seq_tiles(n, k, bits);
+  const int64_t row_bytes = int64_t{k} * bits / 8;
+  const auto* src = static_cast<const unsigned char*>(w);
+  std::vector<unsigned char> out(static_cast<size_t>(t.arranged_bytes()), 0);
+  for (int tile = 0; tile < t.tiles(); ++tile) {
+    const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
+    for (int j = 0; j < t.units_of(kt); ++j)
+      for (int i = 0; i < rows; ++i) {
+        const int64_t from = int64_t{t.first_term(kt, j)} * bits / 8;
+        const int64_t len = row_bytes - from < 16 ? row_bytes - from : 16;
+        std::memcpy(&out[static_cast<size_t>(t.offset(nb, kt) + (int64_t{j} * rows + i) * 16)],
+                    src + (int64_t{nb} * kSeqThreads + i) * row_bytes + from,
+                    static_cast<size_t>(len));
+      }
+  }
+  return out;
+}
+
+}  // namespace mixserve::cuda

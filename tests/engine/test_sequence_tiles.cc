@@ -1,0 +1,186 @@
+// The sequence-block tiles (kernels/sequence_tiles.h, streamed by kernels/sequence_blocks.cuh),
+// checked without a GPU: every weight of every shape lands once, where the kernel's thread for its
+// output reads it; the tiles are one contiguous walk through the upload, each fitting a slot, and
+// give an output's terms in order k = 0…K−1; and the kernel's sums — emulated on the host through
+// the same maps, decoding the 16-byte pieces as the kernel does — equal one FMA chain per output
+// over W as stored, bit for bit (the default order every other kernel sums in).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/safetensors.h"  // half_to_float
+#include "kernels/sequence_tiles.h"
+
+namespace mixserve::cuda {
+namespace {
+
+// (n, k): the paper config's projections and logits, the large config's, the golden fixtures'
+// (d 32), and odd shapes (a partial last piece, one row, n not a multiple of the block).
+const std::vector<std::pair<int, int>> kShapes = {
+    {384, 128},   {128, 128}, {512, 128}, {128, 512}, {5000, 128}, {3072, 1024},
+    {1024, 4096}, {96, 32},   {32, 32},   {128, 32},  {32, 128},   {1, 1},
+    {7, 13},      {513, 100}, {1025, 3},  {600, 4095}};
+
+struct Case {
+  int n, k, bits;
+};
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (auto [n, k] : kShapes)
+    for (int bits : {32, 16, 8}) out.push_back({n, k, bits});
+  return out;
+}
+
+TEST(SequenceTiles, EveryWeightLandsOnceWhereItsThreadReadsIt) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k << " bits " << c.bits);
+    const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
+    const int64_t row_bytes = int64_t{c.k} * c.bits / 8;
+    std::vector<unsigned char> w(static_cast<size_t>(c.n * row_bytes));
+    std::mt19937 rng(c.n * 31 + c.k);
+    for (auto& b : w) b = static_cast<unsigned char>(1 + rng() % 255);  // never 0: padding is
+    const std::vector<unsigned char> tiles = arrange_seq_tiles(w.data(), c.n, c.k, c.bits);
+    ASSERT_EQ(static_cast<int64_t>(tiles.size()), t.arranged_bytes());
+    std::vector<int> seen(w.size(), 0);
+    int64_t walked = 0;  // the copies' walk: tile after tile, contiguous
+    for (int tile = 0; tile < t.tiles(); ++tile) {
+      const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
+      ASSERT_EQ(t.offset(nb, kt), walked) << "tile " << tile;
+      ASSERT_LE(t.bytes(nb, kt), kSeqSlotBytes);
+      ASSERT_EQ(t.bytes(nb, kt) % 16, 0);
+      ASSERT_GT(rows, 0);
+      ASSERT_LE(rows, kSeqThreads);
+      walked += t.bytes(nb, kt);
+      for (int i = 0; i < rows; ++i) {  // thread i: output nb·T + i
+        const int64_t n = int64_t{nb} * kSeqThreads + i;
+        for (int j = 0; j < t.units_of(kt); ++j) {
+          const int64_t from = int64_t{t.first_term(kt, j)} * c.bits / 8;
+          const unsigned char* piece = &tiles[t.offset(nb, kt) + (int64_t{j} * rows + i) * 16];
+          for (int b = 0; b < 16; ++b) {
+            if (from + b < row_bytes) {
+              const size_t at = n * row_bytes + from + b;
+              ASSERT_EQ(piece[b], w[at]) << "output " << n << " byte " << from + b;
+              ++seen[at];
+            } else {
+              ASSERT_EQ(piece[b], 0) << "past the row's end";
+            }
+          }
+        }
+      }
+    }
+    ASSERT_EQ(walked, t.arranged_bytes());
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "byte " << i;
+  }
+}
+
+TEST(SequenceTiles, AnOutputsTermsComeInOrder) {
+  for (const Case& c : cases()) {
+    const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
+    for (int nb = 0; nb < t.n_blocks(); ++nb) {
+      int next = 0;  // the next term the output's chain needs
+      for (int tile = 0; tile < t.tiles(); ++tile) {
+        if (t.nb_of(tile) != nb) continue;
+        for (int j = 0; j < t.units_of(t.kt_of(tile)); ++j) {
+          ASSERT_EQ(t.first_term(t.kt_of(tile), j), next);
+          next += t.terms_per_unit();
+        }
+      }
+      ASSERT_GE(next, c.k);
+      ASSERT_LT(next - c.k, t.terms_per_unit());
+    }
+    // n-blocks in order, each k-tile of one once: the kernel finishes an output at its last.
+    for (int tile = 1; tile < t.tiles(); ++tile)
+      ASSERT_TRUE(t.nb_of(tile) > t.nb_of(tile - 1) ||
+                  (t.nb_of(tile) == t.nb_of(tile - 1) && t.kt_of(tile) == t.kt_of(tile - 1) + 1));
+  }
+}
+
+TEST(SequenceTiles, TilesFillTheirSlots) {
+  // The paper config's f16 projections: a slot's worth a tile where K allows.
+  EXPECT_EQ(seq_tiles(512, 128, 16).tiles(), 4);  // fc1: 512 rows × 4 pieces = 32 KB
+  EXPECT_EQ(seq_tiles(384, 128, 16).tiles(),
+            4);  // qkv: 96 KB as 4 × 24 KB (5⅓ pieces a row do not fit 32 KB whole)
+  EXPECT_EQ(seq_tiles(128, 128, 16).tiles(), 1);  // out: 32 KB
+  EXPECT_EQ(seq_tiles(128, 512, 16).tiles(), 4);  // fc2: 128 KB
+  for (const Case& c : cases()) {
+    const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
+    EXPECT_LE(t.units, t.row_units());
+    // As few k-tiles as fit: one fewer would overflow a slot.
+    if (t.k_tiles() > 1)
+      EXPECT_GT(SeqTiles::ceil_div(t.row_units(), t.k_tiles() - 1) * t.rows(0) * 16, kSeqSlotBytes)
+          << "n " << c.n << " k " << c.k << " bits " << c.bits;
+  }
+}
+
+// Term e of a 16-byte piece as sequence_blocks.cuh's kernel decodes it (ordered_chunk::unit_term).
+float piece_term(const unsigned char* piece, int e, int bits) {
+  if (bits == 32) {
+    float v;
+    std::memcpy(&v, piece + 4 * e, 4);
+    return v;
+  }
+  if (bits == 16) {
+    uint16_t h;
+    std::memcpy(&h, piece + 2 * e, 2);
+    return half_to_float(h);
+  }
+  return static_cast<float>(static_cast<int8_t>(piece[e]));
+}
+float stored_weight(const std::vector<unsigned char>& w, int64_t n, int k, int kk, int bits) {
+  return piece_term(&w[static_cast<size_t>((n * k + kk) * bits / 8)], 0, bits);
+}
+
+TEST(SequenceTiles, TheKernelsWalkGivesOneFmaChainPerOutput) {
+  for (const Case& c : cases()) {
+    if (int64_t{c.n} * c.k > 4'000'000) continue;
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k << " bits " << c.bits);
+    std::mt19937 rng(c.n + 7 * c.k + c.bits);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t row_bytes = int64_t{c.k} * c.bits / 8;
+    std::vector<unsigned char> w(static_cast<size_t>(c.n * row_bytes));
+    for (int64_t i = 0; i < int64_t{c.n} * c.k; ++i) {
+      unsigned char* at = &w[static_cast<size_t>(i * c.bits / 8)];
+      if (c.bits == 32) {
+        const float v = normal(rng);
+        std::memcpy(at, &v, 4);
+      } else if (c.bits == 16) {  // finite halves: sign, exponent 1…29, any mantissa
+        const uint16_t h = static_cast<uint16_t>((rng() & 0x83ff) | ((1 + rng() % 29) << 10));
+        std::memcpy(at, &h, 2);
+      } else {
+        *at = static_cast<unsigned char>(rng());
+      }
+    }
+    std::vector<float> x(static_cast<size_t>(c.k));
+    for (float& v : x) v = normal(rng);
+    const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
+    const std::vector<unsigned char> tiles = arrange_seq_tiles(w.data(), c.n, c.k, c.bits);
+    std::vector<float> acc(kSeqThreads, 0.0f);
+    for (int tile = 0; tile < t.tiles(); ++tile) {
+      const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
+      for (int i = 0; i < rows; ++i) {
+        for (int j = 0; j < t.units_of(kt); ++j) {
+          const unsigned char* piece = &tiles[t.offset(nb, kt) + (int64_t{j} * rows + i) * 16];
+          const int k0 = t.first_term(kt, j);
+          for (int e = 0; e < t.terms_per_unit(); ++e)
+            if (k0 + e < c.k) acc[i] = std::fma(x[k0 + e], piece_term(piece, e, c.bits), acc[i]);
+        }
+        if (kt + 1 < t.k_tiles()) continue;
+        const int64_t n = int64_t{nb} * kSeqThreads + i;
+        float chain = 0.0f;
+        for (int kk = 0; kk < c.k; ++kk)
+          chain = std::fma(x[kk], stored_weight(w, n, c.k, kk, c.bits), chain);
+        uint32_t a, b;
+        std::memcpy(&a, &acc[i], 4);
+        std::memcpy(&b, &chain, 4);
+        ASSERT_EQ(a, b) << "output " << n;
+        acc[i] = 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixserve::cuda
