@@ -7,8 +7,16 @@
 // portable most: what a layer fused into one kernel per cluster, e.g. an FFN's two projections with
 // the hidden vector in distributed shared memory, would wait at instead). Grids of one and two
 // blocks a multiprocessor, and one cluster alone (a batch-1 FFN's), 256 threads.
+//
+// It also measures the floors a one-block-a-sequence step (CudaBackendOptions::sequence_blocks)
+// is held to: how fast blocks of kernels/sequence_blocks.cuh's shape (512 threads, a ring of six
+// 32 KB slots filled by cp.async, five in flight) stream a paper-config step's 7 MB of weights from
+// L2 — every block the same bytes, as every sequence's block reads every weight — with 1 … 2 × the
+// multiprocessors' blocks; and the same blocks, one a multiprocessor, streaming 1 GiB from HBM (a
+// slice each): the device's memory bandwidth as measured here, not as rated.
 //   mixserve-cuda-sync-bench [--kernels 200] [--replays 50] [--out F.json]
 #include <cooperative_groups.h>
+#include <cuda_pipeline.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +30,8 @@
 
 #include "bench/bench_args.h"
 #include "kernels/cuda_common.cuh"
-#include "mixserve_version.h"  // MIXSERVE_VERSION: git describe at build time
+#include "kernels/sequence_tiles.h"  // the ring's shape: kSeqThreads, kSeqSlots, kSeqSlotBytes
+#include "mixserve_version.h"        // MIXSERVE_VERSION: git describe at build time
 
 namespace mixserve::cuda {
 namespace {
@@ -50,6 +59,105 @@ __global__ void barrier_kernel(float* counters, int n) {
   }
 }
 constexpr int kClusterBlocks = 8;
+
+// Block b streams tiles × kSeqSlotBytes from src + b · stride (16-byte pieces) through a ring of
+// kSeqSlots slots by cp.async, kSeqSlots − 1 tiles in flight, as a sequence block streams its
+// weights; each piece is read once from shared memory (one word into a checksum that is stored
+// only if it hits a value it practically never does, so the reads stay).
+__global__ void __launch_bounds__(kSeqThreads, 1)
+    stream_kernel(const uint4* src, int64_t stride, int tiles, unsigned* sink) {
+  kernel_prologue();
+  extern __shared__ uint4 ring[];
+  constexpr int kPieces = kSeqSlotBytes / 16;
+  const uint4* from = src + blockIdx.x * stride;
+  auto copy = [&](int t) {
+    if (t < tiles)
+      for (int i = threadIdx.x; i < kPieces; i += blockDim.x)
+        __pipeline_memcpy_async(ring + (t % kSeqSlots) * kPieces + i,
+                                from + int64_t{t} * kPieces + i, 16);
+    __pipeline_commit();
+  };
+  for (int t = 0; t < kSeqSlots - 1; ++t) copy(t);
+  unsigned sum = 0;
+  for (int t = 0; t < tiles; ++t) {
+    __pipeline_wait_prior(kSeqSlots - 2);
+    __syncthreads();  // tile t is in; the slot of tile t − 1 is read by no one
+    copy(t + kSeqSlots - 1);
+    const uint4* slot = ring + (t % kSeqSlots) * kPieces;
+    for (int i = threadIdx.x; i < kPieces; i += blockDim.x) sum ^= slot[i].x + i;
+  }
+  __pipeline_wait_prior(0);
+  if (sum == 0x9e3779b9u) sink[blockIdx.x] = sum;
+}
+
+// µs per launch of stream_kernel (median of 5 rounds of `replays` launches, after one warm-up
+// launch that also brings an L2-sized source into L2).
+double stream_us(cudaStream_t stream, const uint4* src, int blocks, int64_t stride, int tiles,
+                 unsigned* sink, int replays) {
+  const size_t smem = size_t{kSeqSlots} * kSeqSlotBytes;
+  auto launch = [&] {
+    launch_kernel(stream_kernel, blocks, kSeqThreads, smem, stream, src, stride, tiles, sink);
+  };
+  launch();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  std::vector<double> rounds;
+  for (int r = 0; r < 5; ++r) {
+    CUDA_CHECK(cudaEventRecord(t0, stream));
+    for (int i = 0; i < replays; ++i) launch();
+    CUDA_CHECK(cudaEventRecord(t1, stream));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    rounds.push_back(1000.0 * ms / replays);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[2];
+}
+
+// The streaming floors (above): from L2, every block the same 7 MB; from HBM, a slice of 1 GiB a
+// block, one block a multiprocessor.
+void stream_floors(nlohmann::json& results, cudaStream_t stream, int sms, int replays) {
+  CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  kSeqSlots * kSeqSlotBytes));
+  constexpr int64_t kHbmBytes = int64_t{1} << 30;
+  constexpr int kL2Tiles = 7 * 32;  // 7 MB: the paper config's f16 weights
+  uint4* src = nullptr;
+  unsigned* sink = nullptr;
+  CUDA_CHECK(cudaMalloc(&src, kHbmBytes));
+  CUDA_CHECK(cudaMemset(src, 1, kHbmBytes));
+  CUDA_CHECK(cudaMalloc(&sink, 4 * sizeof(unsigned) * sms));
+  for (int blocks : {1, 8, 32, 64, sms, 2 * sms}) {
+    const double us = stream_us(stream, src, blocks, 0, kL2Tiles, sink, replays);
+    const double block_bytes = static_cast<double>(kL2Tiles) * kSeqSlotBytes;
+    results.push_back(
+        {{"what", "sequence-block ring streaming from L2 (every block the same 7 MB)"},
+         {"blocks", blocks},
+         {"bytes_per_block", block_bytes},
+         {"us", us},
+         {"gb_per_s_per_block", block_bytes / us / 1e3},
+         {"gb_per_s", blocks * block_bytes / us / 1e3}});
+    std::printf("blocks %4d  ring from L2, 7 MB each   %8.1f us  %7.1f GB/s a block  %8.1f GB/s\n",
+                blocks, us, block_bytes / us / 1e3, blocks * block_bytes / us / 1e3);
+  }
+  const int tiles = static_cast<int>(kHbmBytes / sms / kSeqSlotBytes);
+  const int64_t stride = int64_t{tiles} * kSeqSlotBytes / 16;
+  const double us = stream_us(stream, src, sms, stride, tiles, sink, std::max(1, replays / 10));
+  const double bytes = static_cast<double>(tiles) * kSeqSlotBytes * sms;
+  results.push_back({{"what", "sequence-block ring streaming from HBM (1 GiB, a slice a block)"},
+                     {"blocks", sms},
+                     {"bytes", bytes},
+                     {"us", us},
+                     {"gb_per_s", bytes / us / 1e3}});
+  std::printf("blocks %4d  ring from HBM, 1 GiB       %8.1f us  %8.1f GB/s\n", sms, us,
+              bytes / us / 1e3);
+  CUDA_CHECK(cudaFree(src));
+  CUDA_CHECK(cudaFree(sink));
+}
 
 // Replays a graph `replays` times; µs per replay, median of 5 timed rounds.
 double replay_us(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
@@ -201,6 +309,7 @@ int main_(int argc, char** argv) {
                 r["captured"].get<bool>() ? "in a graph" : "eager", r["us_each"].get<double>());
     results.push_back(r);
   }
+  stream_floors(results, stream, sms, replays);
   CUDA_CHECK(cudaStreamDestroy(stream));
   char date[64];
   const std::time_t now = std::time(nullptr);

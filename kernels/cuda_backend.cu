@@ -321,7 +321,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   int major = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts.device));
   m.dependent_launch = env_switch("MIXSERVE_CUDA_PDL", opts.dependent_launch) && major >= 9;
-  // 209 KB of shared memory a block: sm_90's.
+  // 217 KB of shared memory a block: sm_90's.
   m.sequence_blocks =
       env_switch("MIXSERVE_CUDA_SEQUENCE_BLOCKS", opts.sequence_blocks) && major >= 9;
   dw.use_sequence_blocks(m.sequence_blocks);

@@ -73,6 +73,8 @@ namespace gemm_chain {
 // Whether a GemmChainScope with the option on is open on this thread: the pass runs chains (and a
 // mixer may fold its own small kernels into the ones next to them, as attention's decode does).
 bool chain_open();
+// Whether the open scope is in sequence mode (sequence_blocks: block cores may join).
+bool sequence_chain_open();
 }  // namespace gemm_chain
 // Throws std::invalid_argument unless a chain's cluster size is 8 or 16 (each chain kernel is
 // allowed 16 blocks at its first launch with them).

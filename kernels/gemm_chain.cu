@@ -74,6 +74,7 @@ class GemmChain {
   }
 
   void flush();
+  int sequences() const { return plan_.sequences; }
 
   void drop() {
     kept_.clear();
@@ -141,6 +142,10 @@ bool chain_gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M
 
 bool gemm_chain::chain_open() {
   return active_chain != nullptr;
+}
+
+bool gemm_chain::sequence_chain_open() {
+  return active_chain != nullptr && active_chain->sequences() > 0;
 }
 
 void gemm_chain::chain_core(cudaStream_t stream, const void* type,

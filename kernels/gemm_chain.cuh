@@ -161,6 +161,8 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
     else
       sequence_blocks::launch_sequences<WT, Core>(stream, c, cores, plan.sequences);
     count_sequence_launch();
+  } else if constexpr (kIsBlockCore<Core>) {
+    throw std::logic_error("a block core joins only a sequence kernel's run");
   } else if (!plan.ordered) {
     launch_one_cluster<chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);
   } else if constexpr (kChainsInOrder<WT>) {
@@ -230,7 +232,10 @@ class ChainCoresOf final : public ChainCores {
     list_.items[n_++] = items;
   }
   void launch_alone(cudaStream_t stream, int i) const override {
-    launch_core_alone(stream, list_.core[i], list_.items[i]);
+    if constexpr (kIsBlockCore<Core>)
+      list_.core[i].launch_alone(stream);
+    else
+      launch_core_alone(stream, list_.core[i], list_.items[i]);
   }
   void launch(cudaStream_t stream, const ChainPlan& plan,
               const std::vector<KeptGemm>& kept) const override {
@@ -253,6 +258,18 @@ void chain_core(cudaStream_t stream, const void* type,
                 int64_t items);
 
 }  // namespace gemm_chain
+
+// A block core (gemm_chain_args.cuh: kIsBlockCore) over `sequences` sequences: inside a sequence
+// kernel's run when a scope in sequence mode is open and the core fits a sequence block
+// (core.fits_sequence_block()), else on its own kernel (core.launch_alone).
+template <typename Core>
+void launch_block_core(cudaStream_t stream, const Core& core, int sequences) {
+  using namespace gemm_chain;
+  if (!sequence_chain_open() || !core.fits_sequence_block()) return core.launch_alone(stream);
+  chain_core(
+      stream, core_type_tag<Core>(), [] { return std::make_unique<ChainCoresOf<Core>>(); }, &core,
+      int64_t{sequences} * core.parts);
+}
 
 // core(i) for i = 0 … items − 1, each independent of the others (a mixer's element-wise core:
 // one call per sequence and channel): on its own as one thread per item, or with the option on

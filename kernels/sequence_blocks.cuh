@@ -2,13 +2,15 @@
 // and lays out the weights): a run of projections and element-wise cores that a GemmChainScope kept
 // in a pass where every sequence has one row (decode) runs as one kernel of one block per
 // sequence. Block s runs every phase for row s only — its GEMMs' row s, its cores' items of
-// sequence s — so it reads only what it wrote itself and __syncthreads() separates the phases.
+// sequence s, a block core's parts (heads) of sequence s one after another — so it reads only what
+// it wrote itself and __syncthreads() separates the phases.
 // The step's weights stream through a ring of kSeqSlots shared-memory slots, tile after tile in
 // the order the phases use them, kSeqSlots − 1 tiles in flight across phase and layer boundaries
 // (with early_weights the first before the wait for the previous kernel).
 //
 // Bits: an output is one FMA chain over k = 0…K−1 from +0 on the row layer-normed as PlainLoader
-// does (ordered_chunk::copy_rows), finished by finish(): the bits of gemv.cu and the tiled kernel
+// does (ordered_chunk::copy_rows), finished by finish_with (finish()'s arithmetic on operands
+// loaded at the phase's start): the bits of gemv.cu and the tiled kernel
 // (tests: SequenceTiles.* on the CPU, SequenceBlocksModel.* on a GPU). A core's items run once
 // each, as in its own kernel.
 #pragma once
@@ -28,7 +30,13 @@ using gemm_chain::ChainPhase;
 using gemm_chain::CoreList;
 
 constexpr int kRowFloats = split_gemv_padded(kSeqMaxK);  // the row of A, as copy_rows lays it out
-constexpr size_t kSmemBytes = size_t{kSeqSlots} * kSeqSlotBytes + kRowFloats * sizeof(float);
+// The norm's weights and biases are copied with the row (one round trip for both) where K is at
+// most this.
+constexpr int kNormStageK = kSeqNormStageK;
+static_assert(kRowFloats + 2 * kNormStageK == kSeqScratchFloats, "the scratch beside the ring");
+constexpr size_t kSmemBytes =
+    size_t{kSeqSlots} * kSeqSlotBytes + size_t{kSeqScratchFloats} * sizeof(float);
+static_assert(kSmemBytes + 1024 <= 227 * 1024, "sm_90's shared memory a block");
 
 __device__ __forceinline__ unsigned char* slot(int i) {
   extern __shared__ float4 smem4[];
@@ -43,21 +51,11 @@ __device__ __forceinline__ SeqTiles tiles_of(const ChainArgs<WT>& c, int p) {
   return seq_tiles(c.plan.n[p], c.plan.k[p], weight_bits<WT>());
 }
 
-// The next tile to copy: phase `phase`'s tile `tile` (phase == plan.phases: none left), and the
-// slot it goes to (tiles are numbered over the whole run: tile i in slot i mod kSeqSlots).
-struct CopyCursor {
-  int phase = 0, tile = 0, index = 0;
-};
-
-template <typename WT>
-__device__ __forceinline__ void skip_cores(const ChainArgs<WT>& c, CopyCursor& at) {
-  while (at.phase < c.plan.phases && c.plan.is_core(at.phase)) ++at.phase;
-}
-
 // The cursor's tile into its slot by cp.async (one commit group a call, empty when none is left),
-// then the cursor moves on. Weights only, which no kernel writes: it may run before the wait.
+// then the cursor moves on (seq_advance, checked on the CPU with the sums' walk). Weights only,
+// which no kernel writes: it may run before the wait.
 template <typename WT>
-__device__ void copy_next(const ChainArgs<WT>& c, CopyCursor& at) {
+__device__ void copy_next(const ChainArgs<WT>& c, SeqCursor& at) {
   if (at.phase < c.plan.phases) {
     const SeqTiles t = tiles_of(c, at.phase);
     const int nb = t.nb_of(at.tile), kt = t.kt_of(at.tile);
@@ -66,36 +64,36 @@ __device__ void copy_next(const ChainArgs<WT>& c, CopyCursor& at) {
     auto* dst = reinterpret_cast<uint4*>(slot(at.index));
     for (int i = threadIdx.x; i < t.bytes(nb, kt) / 16; i += blockDim.x)
       __pipeline_memcpy_async(dst + i, src + i, 16);
-    if (++at.tile == t.tiles()) {
-      at.tile = 0;
-      ++at.phase;
-      skip_cores(c, at);
-    }
   }
   __pipeline_commit();
-  ++at.index;
+  seq_advance(c.plan, weight_bits<WT>(), at);
 }
 
 template <typename WT>
-__device__ __forceinline__ void copy_ahead(const ChainArgs<WT>& c, CopyCursor& at) {
-  skip_cores(c, at);
+__device__ __forceinline__ void copy_ahead(const ChainArgs<WT>& c, SeqCursor& at) {
+  seq_skip_cores(c.plan, at);
   for (int i = 0; i < kSeqSlots - 1; ++i) copy_next(c, at);
 }
 
-// Row s of GEMM phase p: its row of A copied (and normed) into shared memory, then its tiles as
-// they land, each output's terms in order, the next tiles' copies issued as slots free up.
+// Row s of GEMM phase p: what finishing the thread's first output reads (bias, the old value a
+// residual adds to, ...: finish_inputs) loaded first, its row of A copied (and normed, the norm's
+// weights beside it) into shared memory — one round trip for all three — then its tiles as they
+// land, each output's terms in order, the next tiles' copies issued as slots free up.
 template <typename WT>
-__device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, CopyCursor& copy,
+__device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, SeqCursor& copy,
                                          int& summed, float* stats) {
   constexpr int kTerms = 128 / weight_bits<WT>();
   const ChainPhase<WT>& ph = c.phase[p];
   const SeqTiles t = tiles_of(c, p);
   const int K = t.k;
   float* As = row_of_a();
+  const int i = threadIdx.x;
+  FinishInputs fin;  // for output nb·T + i of the n-block being summed
+  if (i < t.rows(0)) fin = finish_inputs(ph.out, ph.bias, ph.output_scales, s, i);
   PlainLoader a{ph.in, K, nullptr, nullptr};
   a.bind(stats, ordered_chunk::kRows);
-  ordered_chunk::copy_rows(a, As, split_gemv_padded(K), 1, K, nullptr, s);  // ends with a barrier
-  const int i = threadIdx.x;
+  ordered_chunk::copy_rows(a, As, split_gemv_padded(K), 1, K,
+                           K <= kNormStageK ? As + kRowFloats : nullptr, s);  // ends with a barrier
   float acc = 0.0f;
   for (int tile = 0; tile < t.tiles(); ++tile, ++summed) {
     __pipeline_wait_prior(kSeqSlots - 2);  // this thread's copies of tile `summed` have landed
@@ -103,6 +101,8 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, C
     copy_next(c, copy);
     const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
     if (i >= rows) continue;
+    if (kt == 0 && nb > 0)
+      fin = finish_inputs(ph.out, ph.bias, ph.output_scales, s, nb * kSeqThreads + i);
     const auto* w = reinterpret_cast<const uint4*>(slot(summed));
     for (int j = 0; j < t.units_of(kt); ++j) {
       const uint4 v = w[j * rows + i];
@@ -118,8 +118,7 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, C
       }
     }
     if (kt + 1 == t.k_tiles()) {
-      const int n = nb * kSeqThreads + i;
-      finish(ph.out, ph.bias, s, n, scale_output(acc, ph.output_scales, n));
+      finish_with(ph.out, fin, s, nb * kSeqThreads + i, acc);  // finish()'s arithmetic
       acc = 0.0f;
     }
   }
@@ -128,18 +127,19 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, C
 template <typename WT, typename Core>
 __global__ void __launch_bounds__(kSeqThreads, 1)
     sequence_kernel(const ChainArgs<WT> c, const CoreList<Core> cores, const int sequences) {
-  auto copy = kernel_prologue_into<CopyCursor>([&](CopyCursor& at) {
+  auto copy = kernel_prologue_into<SeqCursor>([&](SeqCursor& at) {
     if (c.early_weights) copy_ahead(c, at);
   });
   if (!c.early_weights) copy_ahead(c, copy);
   __shared__ float stats[2 * ordered_chunk::kRows];
+  __shared__ double red[32];  // a block core's block_sum
   const int s = blockIdx.x;
   int summed = 0;  // tiles summed so far: the next is in slot summed mod kSeqSlots
   int core = 0;
   for (int p = 0; p < c.plan.phases; ++p) {
     __syncthreads();  // the previous phase's writes are visible, its reads done
     if (c.plan.is_core(p))
-      cores.run_sequence(core++, s, sequences);
+      cores.run_sequence(core++, s, sequences, row_of_a(), red);
     else
       run_gemm(c, p, s, copy, summed, stats);
   }

@@ -36,6 +36,11 @@ constexpr int kSeqSlotBytes = 32 * 1024;  // one ring slot: one tile
 constexpr int kSeqSlots = 6;    // slots in the ring: 5 tiles in flight while one is summed
 constexpr int kSeqMaxK = 4096;  // the row of A a block keeps in shared memory
 constexpr int64_t kSeqMaxMatrixBytes = 1 << 20;  // larger matrices are not streamed by every block
+// Shared floats a sequence kernel keeps beside its ring: a GEMM phase's row of A
+// (split_gemv_padded) and the norm's weights and biases for K ≤ 1,024; a block core's scratch in a
+// core phase.
+constexpr int kSeqNormStageK = 1024;
+constexpr int kSeqScratchFloats = kSeqMaxK + kSeqMaxK / kSumChunk * 4 + 2 * kSeqNormStageK;
 
 struct SeqTiles {
   int n = 0, k = 0, bits = 0;
@@ -78,6 +83,29 @@ MIXSERVE_HD constexpr SeqTiles seq_tiles(int n, int k, int bits) {
   const int k_tiles = SeqTiles::ceil_div(row_units, units);
   t.units = SeqTiles::ceil_div(row_units, k_tiles);
   return t;
+}
+
+// The kernel's copy cursor: the next tile to copy into the ring — phase `phase`'s tile `tile`
+// (phase == plan.phases: none left) — and its number over the whole run (tile i goes to slot
+// i mod kSeqSlots, as the sums take them). A plan is a GEMM chain's (ChainPlan): phases p with
+// n[p] == 0 are cores and have no tiles.
+struct SeqCursor {
+  int phase = 0, tile = 0, index = 0;
+};
+template <typename Plan>
+MIXSERVE_HD constexpr void seq_skip_cores(const Plan& plan, SeqCursor& at) {
+  while (at.phase < plan.phases && plan.is_core(at.phase)) ++at.phase;
+}
+// After a copy (or an empty commit once none is left): on to the next tile.
+template <typename Plan>
+MIXSERVE_HD constexpr void seq_advance(const Plan& plan, int bits, SeqCursor& at) {
+  if (at.phase < plan.phases &&
+      ++at.tile == seq_tiles(plan.n[at.phase], plan.k[at.phase], bits).tiles()) {
+    at.tile = 0;
+    ++at.phase;
+    seq_skip_cores(plan, at);
+  }
+  ++at.index;
 }
 
 // W [n, k] (rows of k·bits/8 bytes, row-major, as DevMatrix stores it) in seq_tiles' layout, the

@@ -1,9 +1,10 @@
-// sequence_blocks (kernels/sequence_blocks.cuh: a decode pass's runs of projections and
-// element-wise cores as one kernel of one block per sequence) promises the default path's bits:
-// every golden fixture in float32/float16/bfloat16/int8 on two backends, the option on and off —
-// prefill chunks (several rows a sequence: not taken), decode steps of 1, 3, 8 and 13 sequences
-// (graphs padded to 1, 4, 8 and 16), a sequence decoding alone against the same sequence among 13 —
-// the same logits and states bit for bit, and a sequence kernel did run.
+// sequence_blocks (kernels/sequence_blocks.cuh: a decode pass's runs of projections, element-wise
+// cores and block cores — RetNet's, linear attention's and Performer's heads — as one kernel of one
+// block per sequence) promises the default path's bits: every golden fixture in
+// float32/float16/bfloat16/int8 on two backends, the option on and off — prefill chunks (several
+// rows a sequence: not taken), decode steps of 1, 3, 8 and 13 sequences (graphs padded to 1, 4, 8
+// and 16), a sequence decoding alone against the same sequence among 13 — the same logits and
+// states bit for bit, and a sequence kernel did run.
 #include <gtest/gtest.h>
 
 #include "kernels/gemm.cuh"  // sequence_kernels_launched

@@ -51,7 +51,9 @@ TEST(SamplingCandidates, BucketsBoundTheirProbabilities) {
     const int b = prob_bucket(p);
     ASSERT_TRUE(b >= 0 && b < kProbBuckets) << p;
     EXPECT_LE(p, std::ldexp(1.0, -b)) << p << " in bucket " << b;
-    if (b < kProbBuckets - 1) EXPECT_GE(p, std::ldexp(1.0, -(b + 1))) << p << " in bucket " << b;
+    if (b < kProbBuckets - 1) {
+      EXPECT_GE(p, std::ldexp(1.0, -(b + 1))) << p << " in bucket " << b;
+    }
   }
   EXPECT_EQ(prob_bucket(1.0), 0);
   EXPECT_EQ(prob_bucket(0.5), 0);  // [0.5, 1]

@@ -3,7 +3,10 @@
 // output reads it; the tiles are one contiguous walk through the upload, each fitting a slot, and
 // give an output's terms in order k = 0…K−1; and the kernel's sums — emulated on the host through
 // the same maps, decoding the 16-byte pieces as the kernel does — equal one FMA chain per output
-// over W as stored, bit for bit (the default order every other kernel sums in).
+// over W as stored, bit for bit (the default order every other kernel sums in). And the kernel's
+// schedule: the copy cursor (seq_advance) issues every tile of a run once, in the order the sums
+// take them, each into the slot they read it from, kSeqSlots − 1 ahead across phases and cores,
+// never into the slot being read.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "engine/safetensors.h"  // half_to_float
+#include "kernels/gemm_chain_plan.h"
 #include "kernels/sequence_tiles.h"
 
 namespace mixserve::cuda {
@@ -109,9 +113,10 @@ TEST(SequenceTiles, TilesFillTheirSlots) {
     const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
     EXPECT_LE(t.units, t.row_units());
     // As few k-tiles as fit: one fewer would overflow a slot.
-    if (t.k_tiles() > 1)
+    if (t.k_tiles() > 1) {
       EXPECT_GT(SeqTiles::ceil_div(t.row_units(), t.k_tiles() - 1) * t.rows(0) * 16, kSeqSlotBytes)
           << "n " << c.n << " k " << c.k << " bits " << c.bits;
+    }
   }
 }
 
@@ -180,6 +185,67 @@ TEST(SequenceTiles, TheKernelsWalkGivesOneFmaChainPerOutput) {
       }
     }
   }
+}
+
+// sequence_kernel's walk over a run (ChainPlan phases, {0, 0} a core), emulated: copy_ahead, then
+// per tile run_gemm's wait, barrier, copy_next and sum.
+void check_schedule(const std::vector<std::pair<int, int>>& phases, int bits) {
+  ChainPlan plan;
+  plan.sequences = 1;
+  for (auto [n, k] : phases) n == 0 ? plan.add_core() : plan.add(n, k);
+  struct Copy {
+    int phase, tile, slot;
+  };
+  std::vector<Copy> copies;  // one a commit group; phase −1: an empty group (none left)
+  SeqCursor at;
+  auto copy_next = [&] {
+    copies.push_back({at.phase < plan.phases ? at.phase : -1, at.tile, at.index % kSeqSlots});
+    seq_advance(plan, bits, at);
+  };
+  seq_skip_cores(plan, at);
+  for (int i = 0; i < kSeqSlots - 1; ++i) copy_next();
+  int summed = 0, tiles = 0;
+  for (int p = 0; p < plan.phases; ++p) {
+    if (plan.is_core(p)) continue;
+    const SeqTiles t = seq_tiles(plan.n[p], plan.k[p], bits);
+    tiles += t.tiles();
+    for (int tile = 0; tile < t.tiles(); ++tile, ++summed) {
+      // __pipeline_wait_prior(kSeqSlots − 2): all but the newest kSeqSlots − 2 groups have landed.
+      const int groups = static_cast<int>(copies.size());
+      ASSERT_EQ(groups, kSeqSlots - 1 + summed);
+      ASSERT_LT(summed, groups - (kSeqSlots - 2)) << "tile " << summed << " may be in flight";
+      copy_next();  // after the barrier: into the slot of tile summed − 1, read by no one now
+      ASSERT_EQ(copies[summed].phase, p);
+      ASSERT_EQ(copies[summed].tile, tile);
+      ASSERT_EQ(copies[summed].slot, summed % kSeqSlots);
+      ASSERT_NE(copies.back().slot, summed % kSeqSlots);
+      if (summed > 0) {
+        ASSERT_EQ(copies.back().slot, (summed - 1) % kSeqSlots);
+      }
+    }
+  }
+  for (size_t i = 0; i < copies.size(); ++i)
+    ASSERT_EQ(copies[i].phase >= 0, static_cast<int>(i) < tiles) << "copy " << i;
+}
+
+TEST(SequenceTiles, TheCopiesRunAheadOfTheSumsInTheirOrder) {
+  std::vector<std::pair<int, int>> paper = {{384, 128}};  // aft_simple's batch-1 step, 18 layers
+  for (int l = 0; l < 18; ++l)
+    for (auto nk : {std::pair{0, 0}, {128, 128}, {512, 128}, {128, 512}, {384, 128}})
+      paper.push_back(nk);
+  paper.pop_back();
+  const std::vector<std::vector<std::pair<int, int>>> runs = {
+      paper,
+      {{0, 0}, {96, 32}, {32, 32}, {0, 0}, {128, 32}, {32, 128}, {0, 0}},  // cores first and last
+      {{32, 32}, {32, 32}, {32, 32}, {32, 32}, {32, 32}, {32, 32}, {32, 32}, {32, 32}},  // 1 tile
+      {{1, 1}, {0, 0}, {0, 0}, {7, 13}, {513, 100}, {1025, 3}, {600, 4095}},
+      {{0, 0}},
+      {{5000, 128}}};
+  for (const auto& run : runs)
+    for (int bits : {32, 16, 8}) {
+      SCOPED_TRACE(::testing::Message() << run.size() << " phases, bits " << bits);
+      check_schedule(run, bits);
+    }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_block_core
 
 namespace mixserve::cuda {
 
@@ -67,16 +68,16 @@ __device__ void feature_map(const LinearParams& p, const float* x, float* phi, f
   }
 }
 
-// The head's S [m, h] and z [m] sit in shared memory for the whole call when they fit (loaded once,
-// written back once).
-__global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, LinearParams p,
-                              bool s_in_smem, float* out) {
-  kernel_prologue();
-  extern __shared__ float smem[];
-  __shared__ double red[32];
+// Head hd of sequence s over the block's threads (thread c < h owns column c; more threads only
+// help load and store S and add zeros to block_sum's tree, which leaves its bits alone), its tokens
+// in order. The head's S [m, h] and z [m] sit in shared memory (`smem`, after φ(q), φ(k) and three
+// scalars) for the whole call when `s_in_smem` (loaded once, written back once).
+__device__ void linear_head(const DevBatch& b, const DevPages& pages, const float* qkv,
+                            const LinearParams& p, int s, int hd, float* smem, double* red,
+                            bool s_in_smem, float* out) {
   float *fq = smem, *fk = smem + p.m, *misc = smem + 2 * p.m;  // misc: |q'|², |k'|², den
   float *S_sm = misc + 3, *z_sm = S_sm + p.m * p.h;
-  const int s = blockIdx.x / p.n, hd = blockIdx.x % p.n, c = threadIdx.x;
+  const int c = threadIdx.x;
   if (pages.padding_row(s)) return;  // a padding row writes no state
   const int64_t s_base = static_cast<int64_t>(hd) * p.m * p.h,
                 z_base = p.z_offset + int64_t{hd} * p.m;
@@ -139,6 +140,38 @@ __global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, Line
   }
 }
 
+// One block per (sequence, head).
+__global__ void linear_kernel(DevBatch b, DevPages pages, const float* qkv, LinearParams p,
+                              bool s_in_smem, float* out) {
+  kernel_prologue();
+  extern __shared__ float smem[];
+  __shared__ double red[32];
+  linear_head(b, pages, qkv, p, blockIdx.x / p.n, blockIdx.x % p.n, smem, red, s_in_smem, out);
+}
+
+// The head's recurrence as a block core (gemm_chain_args.cuh): on its own, linear_kernel; in a
+// sequence kernel (sequence_blocks), the sequence's heads one after another, S and z in the
+// kernel's scratch where they fit — the same arithmetic, so the same bits.
+struct LinearCore {
+  DevBatch b;
+  DevPages pages;
+  const float* qkv;
+  LinearParams p;
+  float* out;
+  int parts;                     // heads
+  int threads, smem;             // linear_kernel's block
+  bool s_in_smem, s_in_scratch;  // S and z in shared memory on their own, in a sequence kernel
+
+  __device__ void run_block(int s, int hd, float* scratch, double* red) const {
+    linear_head(b, pages, qkv, p, s, hd, scratch, red, s_in_scratch, out);
+  }
+  bool fits_sequence_block() const { return threads <= kSeqThreads; }
+  void launch_alone(cudaStream_t stream) const {
+    launch_kernel(linear_kernel, b.n_seq * parts, threads, smem, stream, b, pages, qkv, p,
+                  s_in_smem, out);
+  }
+};
+
 class CudaLinear : public CudaPart {
  public:
   CudaLinear(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
@@ -189,8 +222,11 @@ class CudaLinear : public CudaPart {
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = p_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
-    launch_kernel(linear_kernel, st.batch.n_seq * p_.n, threads_, smem_, st.stream, st.batch,
-                  st.pages, st.s.proj, p_, s_in_smem_, st.s.mixed);
+    const int64_t state = 2 * p_.m + 3 + int64_t{p_.m} * p_.h + p_.m;
+    launch_block_core(st.stream,
+                      LinearCore{st.batch, st.pages, st.s.proj, p_, st.s.mixed, p_.n, threads_,
+                                 smem_, s_in_smem_, state <= kSeqScratchFloats},
+                      st.batch.n_seq);
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
 

@@ -8,6 +8,7 @@
 #include "engine/mixers/common.h"
 #include "engine/mixers/retnet/retnet.h"
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_block_core
 
 namespace mixserve::cuda {
 
@@ -18,37 +19,48 @@ struct RetnetShape {
   bool torchscale_rope, rms_group_norm;
 };
 
-// S of the head sits in shared memory for the whole call when it fits (loaded once, written back
-// once), so a token costs no global round trips through the page table. proj rows are
-// [q (d) | k (d) | v (dv) | g (dv)].
-__global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, RetnetShape sh,
-                              const float* gamma, const float* cos_t, const float* sin_t,
-                              const float* decay_scale, float gn_eps, const float* gn_w,
-                              bool s_in_smem, float* out) {
-  kernel_prologue();
-  extern __shared__ float smem[];
-  __shared__ double red[32];
+// What a head's retention reads and writes; proj rows are [q (d) | k (d) | v (dv) | g (dv)].
+struct RetnetArgs {
+  DevBatch b;
+  DevPages pages;
+  const float* proj;
+  RetnetShape sh;
+  const float *gamma, *cos_t, *sin_t, *decay_scale;
+  float gn_eps;
+  const float* gn_w;
+  float* out;
+};
+
+// Head hd of sequence s over the block's threads (thread c < hv owns column c of S, c < h/2
+// rotates pair c; more threads only help load and store S, and add zeros to block_sum's tree, which
+// leaves its bits alone): its tokens in order. S sits in shared memory (`smem`, after q and k) for
+// the call when `s_in_smem`, so a token costs no global round trips through the page table.
+__device__ void retnet_head(const RetnetArgs& a, int s, int hd, float* smem, double* red,
+                            bool s_in_smem) {
+  const DevBatch& b = a.b;
+  const DevPages& pages = a.pages;
+  const RetnetShape& sh = a.sh;
   const int d = sh.d, h = sh.h, hv = sh.hv, width = 2 * d + 2 * sh.dv;
   float *q = smem, *k = smem + h, *S_sm = smem + 2 * h;
-  const int s = blockIdx.x / sh.n, hd = blockIdx.x % sh.n, c = threadIdx.x, half = h / 2;
+  const int c = threadIdx.x, half = h / 2;
   if (pages.padding_row(s)) return;  // a padding row writes no state
-  const float g = gamma[hd], ks = 1.0f / sqrtf(static_cast<float>(h));
+  const float g = a.gamma[hd], ks = 1.0f / sqrtf(static_cast<float>(h));
   const int64_t base = static_cast<int64_t>(hd) * h * hv;
   if (s_in_smem) {  // unrolled so that many page-table and state loads are in flight at once
 #pragma unroll 8
     for (int i = threadIdx.x; i < h * hv; i += blockDim.x) S_sm[i] = *pages.at(s, base + i);
     __syncthreads();
   }
-  auto S_at = [&](int a) {
-    return s_in_smem ? S_sm + a * hv + c : pages.at(s, base + int64_t{a} * hv + c);
+  auto S_at = [&](int i) {
+    return s_in_smem ? S_sm + i * hv + c : pages.at(s, base + int64_t{i} * hv + c);
   };
   for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
     const int pos = b.pos0[s] + (r - b.row_start[s]);
-    const float* row = proj + static_cast<int64_t>(r) * width;
+    const float* row = a.proj + static_cast<int64_t>(r) * width;
     if (c <
         half) {  // RoPE of q and k (pair c: rotate-half or torchscale's interleaved), k · h^{-1/2}
       const int i0 = sh.torchscale_rope ? 2 * c : c, i1 = sh.torchscale_rope ? 2 * c + 1 : c + half;
-      const float cs = cos_t[pos * half + c], sn = sin_t[pos * half + c];
+      const float cs = a.cos_t[pos * half + c], sn = a.sin_t[pos * half + c];
       const float qa = row[hd * h + i0], qb = row[hd * h + i1];
       const float ka = row[d + hd * h + i0], kb = row[d + hd * h + i1];
       q[i0] = qa * cs - qb * sn;
@@ -60,13 +72,13 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, Ret
     float o = 0.0f;
     if (c < hv) {
       const float v = row[2 * d + hd * hv + c];
-      for (int a = 0; a < h; ++a) {
-        float* S = S_at(a);
-        const float sv = g * *S + k[a] * v;
+      for (int i = 0; i < h; ++i) {
+        float* S = S_at(i);
+        const float sv = g * *S + k[i] * v;
         *S = sv;
-        o += q[a] * sv;
+        o += q[i] * sv;
       }
-      const float scale = decay_scale[hd * sh.max_pos + pos];
+      const float scale = a.decay_scale[hd * sh.max_pos + pos];
       if (scale != 1.0f) o *= scale;
     }
     // Group norm of the head (no affine; an RMS norm does not centre), statistics in double as the
@@ -76,11 +88,11 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, Ret
     const double dv = c < hv ? (o - mu) : 0.0;
     const double var = block_sum(dv * dv, red) / hv;
     if (c < hv) {
-      const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(gn_eps)));
+      const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(a.gn_eps)));
       const float gate = row[2 * d + sh.dv + hd * hv + c];
       float normed = (o - static_cast<float>(mu)) * inv;
-      if (gn_w) normed = normed * gn_w[c];
-      out[static_cast<int64_t>(r) * sh.dv + hd * hv + c] = normed * (gate * sigmoidf_(gate));
+      if (a.gn_w) normed = normed * a.gn_w[c];
+      a.out[static_cast<int64_t>(r) * sh.dv + hd * hv + c] = normed * (gate * sigmoidf_(gate));
     }
     __syncthreads();  // q, k are rewritten by the next token
   }
@@ -88,6 +100,32 @@ __global__ void retnet_kernel(DevBatch b, DevPages pages, const float* proj, Ret
 #pragma unroll 8
     for (int i = threadIdx.x; i < h * hv; i += blockDim.x) *pages.at(s, base + i) = S_sm[i];
 }
+
+// One block per (sequence, head).
+__global__ void retnet_kernel(RetnetArgs a, bool s_in_smem) {
+  kernel_prologue();
+  extern __shared__ float smem[];
+  __shared__ double red[32];
+  retnet_head(a, blockIdx.x / a.sh.n, blockIdx.x % a.sh.n, smem, red, s_in_smem);
+}
+
+// The retention as a block core (gemm_chain_args.cuh): on its own, retnet_kernel; in a sequence
+// kernel (sequence_blocks), the sequence's heads one after another, S in the kernel's scratch
+// where it fits — the same arithmetic, so the same bits.
+struct RetnetCore {
+  RetnetArgs a;
+  int parts;                     // heads
+  int threads, smem;             // retnet_kernel's block
+  bool s_in_smem, s_in_scratch;  // S in shared memory on its own, and in a sequence kernel
+
+  __device__ void run_block(int s, int hd, float* scratch, double* red) const {
+    retnet_head(a, s, hd, scratch, red, s_in_scratch);
+  }
+  bool fits_sequence_block() const { return threads <= kSeqThreads; }
+  void launch_alone(cudaStream_t stream) const {
+    launch_kernel(retnet_kernel, a.b.n_seq * parts, threads, smem, stream, a, s_in_smem);
+  }
+};
 
 class CudaRetnet : public CudaPart {
  public:
@@ -130,9 +168,11 @@ class CudaRetnet : public CudaPart {
     // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
     // S.
     const int threads = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
-    launch_kernel(retnet_kernel, st.batch.n_seq * sh_.n, threads, smem_, st.stream, st.batch,
-                  st.pages, st.s.proj, sh_, gamma_, cos_, sin_, decay_scale_, gn_eps_, gn_w_,
-                  s_in_smem_, st.s.mixed);
+    const RetnetArgs a{st.batch, st.pages,     st.s.proj, sh_,   gamma_,    cos_,
+                       sin_,     decay_scale_, gn_eps_,   gn_w_, st.s.mixed};
+    const bool in_scratch = 2 * sh_.h + int64_t{sh_.h} * sh_.hv <= kSeqScratchFloats;
+    launch_block_core(st.stream, RetnetCore{a, sh_.n, threads, smem_, s_in_smem_, in_scratch},
+                      st.batch.n_seq);
     gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }
 
