@@ -8,6 +8,7 @@
 #include "engine/mixers/common.h"
 #include "kernels/attention_split.h"
 #include "kernels/cuda_part.cuh"
+#include "kernels/gemm_chain.cuh"  // launch_block_core
 
 namespace mixserve::cuda {
 
@@ -63,7 +64,10 @@ __global__ void rope_append_kernel(DevBatch b, DevPages pages, float* qkv, int d
 // batch and in a prefill. Dynamic shared memory: (1 + kAttnWarps) · h + max_seq_len floats.
 // With split_attention (kernels/attention_split.h) the same two passes run per split of the keys
 // (attention_split_kernel), and attention_combine_kernel adds the splits.
+// The warps beyond kAttnWarps of a larger block (a sequence kernel's, where the head runs as a
+// block core) take no keys and add −∞ and zeros to the block's reductions: the same bits.
 constexpr int kAttnWarps = 4, kAttnUnroll = 8, kAttnStride = kAttnWarps * kAttnUnroll;
+constexpr int kAttnThreads = kAttnWarps * 32;
 
 // The block's query for head hd of row r into q[h] (shared).
 __device__ void load_query(const float* qkv, int r, int d, int h, int hd, float* q) {
@@ -78,7 +82,7 @@ __device__ float key_scores(const DevPages::Seq& kv, const float* q, int d, int 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(h));
   float mx = -INFINITY;
-  for (int j0 = j_begin + warp * kAttnUnroll; j0 < j_end; j0 += kAttnStride) {
+  for (int j0 = j_begin + warp * kAttnUnroll; warp < kAttnWarps && j0 < j_end; j0 += kAttnStride) {
     float dot[kAttnUnroll];
 #pragma unroll
     for (int u = 0; u < kAttnUnroll; ++u) {
@@ -109,7 +113,7 @@ __device__ float key_scores(const DevPages::Seq& kv, const float* q, int d, int 
 __device__ void weighted_values(const DevPages::Seq& kv, const float* w, int d, int h, int hd,
                                 int j_begin, int j_end, float* part, float* out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int c0 = 0; c0 < h; c0 += 32) {
+  for (int c0 = 0; warp < kAttnWarps && c0 < h; c0 += 32) {
     const int c = c0 + lane;
     if (c >= h) break;
     float acc = 0.0f;
@@ -132,13 +136,14 @@ __device__ void weighted_values(const DevPages::Seq& kv, const float* w, int d, 
   }
 }
 
-__global__ void __launch_bounds__(kAttnWarps * 32)
-    attention_kernel(DevBatch b, DevPages pages, float* qkv, int d, int h, float* out, bool fold,
-                     const float* cos_t, const float* sin_t) {
-  kernel_prologue();
-  extern __shared__ float smem[];
-  __shared__ float red[32];
-  const int r = blockIdx.x, hd = blockIdx.y, pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
+// Head hd of row r over its prefix, its keys by the block's first kAttnWarps warps and its softmax
+// by the first `threads` (kAttnThreads, its own kernel's block) threads (smem: (1 + kAttnWarps) · h
+// + max_seq_len floats; red: 32 floats).
+__device__ __forceinline__ void attend_head(const DevBatch& b, const DevPages& pages, float* qkv,
+                                            int d, int h, int r, int hd, float* out, bool fold,
+                                            const float* cos_t, const float* sin_t, float* smem,
+                                            float* red, int threads) {
+  const int pos = b.row_pos[r], s = b.row_seq[r], T = pos + 1;
   // A decode pass with chains on: this block's own head first (rope_append_kernel has not run; no
   // other block reads this row's keys), so a decode layer of attention is two kernels, this one
   // and a chain. Its writes are visible to the block after the barrier.
@@ -151,20 +156,60 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   load_query(qkv, r, d, h, hd, q);
   const float mx = key_scores(kv, q, d, h, hd, 0, T, sc, red);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < T; j += blockDim.x) {
-    sc[j] = expf(sc[j] - mx);
-    sum += sc[j];
+  if (threadIdx.x < threads) {
+    for (int j = threadIdx.x; j < T; j += threads) {
+      sc[j] = expf(sc[j] - mx);
+      sum += sc[j];
+    }
   }
   sum = block_sum(sum, red);
-  for (int j = threadIdx.x; j < T; j += blockDim.x) sc[j] /= sum;
+  if (threadIdx.x < threads)
+    for (int j = threadIdx.x; j < T; j += threads) sc[j] /= sum;
   __syncthreads();
   weighted_values(kv, sc, d, h, hd, 0, T, part, out + static_cast<int64_t>(r) * d + hd * h);
 }
 
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(DevBatch b, DevPages pages, float* qkv, int d, int h, float* out, bool fold,
+                     const float* cos_t, const float* sin_t) {
+  kernel_prologue();
+  extern __shared__ float smem[];
+  __shared__ float red[32];
+  attend_head(b, pages, qkv, d, h, blockIdx.x, blockIdx.y, out, fold, cos_t, sin_t, smem, red,
+              blockDim.x);
+}
+
+// A decode pass's attention with its RoPE and K/V append folded in, as a block core
+// (gemm_chain_args.cuh): on its own, attention_kernel (a block per row and head); in a sequence
+// kernel (sequence_blocks), the sequence's heads one after another in the kernel's scratch, row s
+// being sequence s's — the same head function, so the same bits.
+struct AttentionCore {
+  DevBatch b;
+  DevPages pages;
+  float* qkv;
+  int d, h;
+  float* out;
+  const float *cos_t, *sin_t;
+  int parts;  // heads
+  int smem;   // attention_kernel's dynamic shared memory
+
+  __device__ void run_block(int s, int hd, float* scratch, double* red) const {
+    attend_head(b, pages, qkv, d, h, s, hd, out, true, cos_t, sin_t, scratch,
+                reinterpret_cast<float*>(red), kAttnThreads);
+  }
+  bool fits_sequence_block() const {
+    return smem <= kSeqScratchFloats * static_cast<int>(sizeof(float));
+  }
+  void launch_alone(cudaStream_t stream) const {
+    launch_kernel(attention_kernel, dim3(b.rows, parts), kAttnThreads, smem, stream, b, pages, qkv,
+                  d, h, out, true, cos_t, sin_t);
+  }
+};
+
 // Flash-decoding: block (row, head, z0) takes the row's splits z0, z0 + gridDim.z, … and writes
 // each one's partial (attention_split.h) into `partial`. Dynamic shared memory: (1 + kAttnWarps)
 // · h + keys_per_split floats.
-__global__ void __launch_bounds__(kAttnWarps * 32)
+__global__ void __launch_bounds__(kAttnThreads)
     attention_split_kernel(DevBatch b, DevPages pages, const float* qkv, int d, int h,
                            int keys_per_split, int splits, float* partial) {
   kernel_prologue();
@@ -253,13 +298,18 @@ class CudaAttention : public CudaPart {
       const int per_split = std::max(1, 2 * sms_ / std::max(1, rows * n_));
       const int gz = std::min(splits_, per_split);
       const int smem = static_cast<int>(((1 + kAttnWarps) * h_ + keys_per_split_) * sizeof(float));
-      launch_kernel(attention_split_kernel, dim3(rows, n_, gz), kAttnWarps * 32, smem, st.stream,
+      launch_kernel(attention_split_kernel, dim3(rows, n_, gz), kAttnThreads, smem, st.stream,
                     st.batch, st.pages, qkv, d, h_, keys_per_split_, splits_, st.s.partial);
       launch_kernel(attention_combine_kernel, dim3(rows, n_), 32 * ceil_div(h_, 32), 0, st.stream,
                     st.batch, st.s.partial, d, h_, keys_per_split_, splits_, st.s.mixed);
+    } else if (fold) {  // in a sequence kernel's run where one is open, else on its own
+      launch_block_core(
+          st.stream,
+          AttentionCore{st.batch, st.pages, qkv, d, h_, st.s.mixed, cos_, sin_, n_, smem_},
+          st.batch.n_seq);
     } else {
-      launch_kernel(attention_kernel, dim3(rows, n_), kAttnWarps * 32, smem_, st.stream, st.batch,
-                    st.pages, qkv, d, h_, st.s.mixed, fold, cos_, sin_);
+      launch_kernel(attention_kernel, dim3(rows, n_), kAttnThreads, smem_, st.stream, st.batch,
+                    st.pages, qkv, d, h_, st.s.mixed, false, cos_, sin_);
     }
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

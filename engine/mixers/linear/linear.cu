@@ -72,9 +72,9 @@ __device__ void feature_map(const LinearParams& p, const float* x, float* phi, f
 // help load and store S and add zeros to block_sum's tree, which leaves its bits alone), its tokens
 // in order. The head's S [m, h] and z [m] sit in shared memory (`smem`, after φ(q), φ(k) and three
 // scalars) for the whole call when `s_in_smem` (loaded once, written back once).
-__device__ void linear_head(const DevBatch& b, const DevPages& pages, const float* qkv,
-                            const LinearParams& p, int s, int hd, float* smem, double* red,
-                            bool s_in_smem, float* out) {
+__device__ __forceinline__ void linear_head(const DevBatch& b, const DevPages& pages,
+                                            const float* qkv, const LinearParams& p, int s, int hd,
+                                            float* smem, double* red, bool s_in_smem, float* out) {
   float *fq = smem, *fk = smem + p.m, *misc = smem + 2 * p.m;  // misc: |q'|², |k'|², den
   float *S_sm = misc + 3, *z_sm = S_sm + p.m * p.h;
   const int c = threadIdx.x;

@@ -35,8 +35,8 @@ struct RetnetArgs {
 // rotates pair c; more threads only help load and store S, and add zeros to block_sum's tree, which
 // leaves its bits alone): its tokens in order. S sits in shared memory (`smem`, after q and k) for
 // the call when `s_in_smem`, so a token costs no global round trips through the page table.
-__device__ void retnet_head(const RetnetArgs& a, int s, int hd, float* smem, double* red,
-                            bool s_in_smem) {
+__device__ __forceinline__ void retnet_head(const RetnetArgs& a, int s, int hd, float* smem,
+                                            double* red, bool s_in_smem) {
   const DevBatch& b = a.b;
   const DevPages& pages = a.pages;
   const RetnetShape& sh = a.sh;
