@@ -190,7 +190,9 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"pipelined_gemm", backend.pipelined_gemm()},
         {"early_weights", backend.early_weights()},
         {"early_epilogue", backend.early_epilogue()},
-        {"gemm_chains", backend.gemm_chains()}}}};
+        {"gemm_chains", backend.gemm_chains()},
+        {"sequence_blocks", backend.sequence_blocks()},
+        {"sample_candidates", backend.sample_candidates()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
     r["sample_device_tok_s"] = batch / median(times[2]);
