@@ -117,7 +117,8 @@ struct CudaBackendOptions {
   // blocks (8: the portable size). Off by default until it has passed on a GPU.
   bool gemm_chains = false;
   // Decode passes (every sequence one row) of up to 256 sequences run each run of projections and
-  // element-wise cores that gemm_chains would chain as one kernel of one block per sequence
+  // element-wise cores that gemm_chains would chain — and RetNet's, linear attention's and
+  // attention's per-head cores, a head at a time — as one kernel of one block per sequence
   // (kernels/sequence_blocks.cuh): block s does every phase for row s alone, so only
   // __syncthreads() separates the phases, and streams the weights through a ring of shared-memory
   // slots, several tiles ahead across phases and layers. A batch-1 step of aft_simple becomes the

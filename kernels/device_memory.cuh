@@ -160,7 +160,8 @@ class DeviceWeights {
        warp_cores_ = false, sequence_blocks_ = false;
   std::vector<std::unique_ptr<DeviceBuffer<char>>> buffers_;
   size_t bytes_ = 0;
-  void* upload(const void* host, size_t bytes);
+  // `counted`: added to bytes() (a second copy of the same weights is not).
+  void* upload(const void* host, size_t bytes, bool counted = true);
 };
 
 }  // namespace mixserve::cuda

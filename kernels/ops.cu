@@ -146,10 +146,10 @@ void copy_pages(cudaStream_t stream, float* pool, const int32_t* from, const int
 
 // --- weights -------------------------------------------------------------------------------
 
-void* DeviceWeights::upload(const void* host, size_t bytes) {
+void* DeviceWeights::upload(const void* host, size_t bytes, bool counted) {
   buffers_.push_back(std::make_unique<DeviceBuffer<char>>(bytes));
   CUDA_CHECK(cudaMemcpy(buffers_.back()->get(), host, bytes, cudaMemcpyHostToDevice));
-  bytes_ += bytes;
+  if (counted) bytes_ += bytes;
   return buffers_.back()->get();
 }
 
@@ -174,8 +174,8 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
     m.w = upload(host, bytes);
     if (sequence_blocks_ && static_cast<int64_t>(bytes) <= kSeqMaxMatrixBytes && k <= kSeqMaxK) {
       const std::vector<unsigned char> tiles = arrange_seq_tiles(host, n, k, bits);
-      m.seq_tiles = upload(tiles.data(), tiles.size());
-      bytes_ -= tiles.size();  // the same weights again: a step reads one copy or the other
+      // The same weights again: a step reads one copy or the other.
+      m.seq_tiles = upload(tiles.data(), tiles.size(), false);
     }
   };
   if (m.type == CudaWeightType::kF32) {

@@ -18,6 +18,10 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kMaxSharedBytes = 192 * 1024;  // H100 allows 227 KB per block; keep headroom
+// The headroom holds the candidates' sort (sample_kernel's static arrays) and its Shared.
+static_assert(kMaxSharedBytes + kMaxSortCandidates * (sizeof(double) + sizeof(int)) + 1024 <=
+                  227 * 1024,
+              "the vocabulary's copy and the candidates' sort in one block's shared memory");
 
 int pad_pow2(int v) {
   int p = 1;

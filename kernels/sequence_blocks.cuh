@@ -30,10 +30,7 @@ using gemm_chain::ChainPhase;
 using gemm_chain::CoreList;
 
 constexpr int kRowFloats = split_gemv_padded(kSeqMaxK);  // the row of A, as copy_rows lays it out
-// The norm's weights and biases are copied with the row (one round trip for both) where K is at
-// most this.
-constexpr int kNormStageK = kSeqNormStageK;
-static_assert(kRowFloats + 2 * kNormStageK == kSeqScratchFloats, "the scratch beside the ring");
+static_assert(kRowFloats + 2 * kSeqNormStageK == kSeqScratchFloats, "the scratch beside the ring");
 constexpr size_t kSmemBytes =
     size_t{kSeqSlots} * kSeqSlotBytes + size_t{kSeqScratchFloats} * sizeof(float);
 static_assert(kSmemBytes + 1024 <= 227 * 1024, "sm_90's shared memory a block");
@@ -81,7 +78,7 @@ __device__ __forceinline__ void copy_ahead(const ChainArgs<WT>& c, SeqCursor& at
 // land, each output's terms in order, the next tiles' copies issued as slots free up.
 template <typename WT>
 __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, SeqCursor& copy,
-                                         int& summed, float* stats) {
+                                         float* stats) {
   constexpr int kTerms = 128 / weight_bits<WT>();
   const ChainPhase<WT>& ph = c.phase[p];
   const SeqTiles t = tiles_of(c, p);
@@ -93,9 +90,12 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, S
   PlainLoader a{ph.in, K, nullptr, nullptr};
   a.bind(stats, ordered_chunk::kRows);
   ordered_chunk::copy_rows(a, As, split_gemv_padded(K), 1, K,
-                           K <= kNormStageK ? As + kRowFloats : nullptr, s);  // ends with a barrier
+                           K <= kSeqNormStageK ? As + kRowFloats : nullptr,
+                           s);  // ends with a barrier
   float acc = 0.0f;
-  for (int tile = 0; tile < t.tiles(); ++tile, ++summed) {
+  for (int tile = 0; tile < t.tiles(); ++tile) {
+    // The run's tile to sum now: the copies run kSeqSlots − 1 tiles ahead of the sums.
+    const int summed = copy.index - (kSeqSlots - 1);
     __pipeline_wait_prior(kSeqSlots - 2);  // this thread's copies of tile `summed` have landed
     __syncthreads();  // everyone's have; the slot of tile summed − 1 is read by no one
     copy_next(c, copy);
@@ -134,23 +134,22 @@ __global__ void __launch_bounds__(kSeqThreads, 1)
   __shared__ float stats[2 * ordered_chunk::kRows];
   __shared__ double red[32];  // a block core's block_sum
   const int s = blockIdx.x;
-  int summed = 0;  // tiles summed so far: the next is in slot summed mod kSeqSlots
   int core = 0;
   for (int p = 0; p < c.plan.phases; ++p) {
     __syncthreads();  // the previous phase's writes are visible, its reads done
     if (c.plan.is_core(p))
       cores.run_sequence(core++, s, sequences, row_of_a(), red);
     else
-      run_gemm(c, p, s, copy, summed, stats);
+      run_gemm(c, p, s, copy, stats);
   }
   __pipeline_wait_prior(0);  // no copy outlives the block
 }
 
 // Whether `w` may be one of a sequence kernel's GEMMs in a pass of M rows for `sequences`
 // sequences: its tiles uploaded (DevMatrix::seq_tiles: float32, float16, bfloat16 or int8, small
-// enough), every sequence one row, the row of A within shared memory, the one-FMA-chain order.
+// enough, K ≤ kSeqMaxK), every sequence one row, the one-FMA-chain order.
 inline bool sequence_blocks_apply(const DevMatrix& w, int M, int sequences) {
-  return w.seq_tiles && M == sequences && w.k <= kSeqMaxK && !w.ordered_sums && !w.tensor_cores;
+  return w.seq_tiles && M == sequences && !w.ordered_sums && !w.tensor_cores;
 }
 
 template <typename WT, typename Core>

@@ -213,6 +213,7 @@ class CudaLinear : public CudaPart {
       throw std::invalid_argument("CUDA linear attention: head or features above 1024");
     const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
     s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;
+    s_in_scratch_ = small + state <= kSeqScratchFloats;
     smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
       CUDA_CHECK(
@@ -222,10 +223,9 @@ class CudaLinear : public CudaPart {
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = p_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
-    const int64_t state = 2 * p_.m + 3 + int64_t{p_.m} * p_.h + p_.m;
     launch_block_core(st.stream,
                       LinearCore{st.batch, st.pages, st.s.proj, p_, st.s.mixed, p_.n, threads_,
-                                 smem_, s_in_smem_, state <= kSeqScratchFloats},
+                                 smem_, s_in_smem_, s_in_scratch_},
                       st.batch.n_seq);
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -234,7 +234,8 @@ class CudaLinear : public CudaPart {
   DevMatrix qkv_, o_;
   LinearParams p_{};
   int threads_ = 32;
-  bool s_in_smem_ = true;
+  bool s_in_smem_ = true,
+       s_in_scratch_ = true;  // S, z in shared memory: own kernel, sequence kernel
   int smem_ = 0;
 };
 

@@ -152,6 +152,10 @@ class CudaRetnet : public CudaPart {
     if (sh_.hv > 1024 || sh_.h > 2048)
       throw std::invalid_argument("CUDA retnet: a value head above 1024 or a key head above 2048");
     s_in_smem_ = (2 * sh_.h + sh_.h * sh_.hv) * sizeof(float) <= 96 * 1024;
+    s_in_scratch_ = 2 * sh_.h + int64_t{sh_.h} * sh_.hv <= kSeqScratchFloats;
+    // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
+    // S.
+    threads_ = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
     smem_ = static_cast<int>((2 * sh_.h + (s_in_smem_ ? sh_.h * sh_.hv : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
       CUDA_CHECK(
@@ -165,13 +169,9 @@ class CudaRetnet : public CudaPart {
     const int rows = st.rows, d = sh_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkvg_, rows,
          to(st.s.proj, 2 * d + 2 * sh_.dv));
-    // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
-    // S.
-    const int threads = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
     const RetnetArgs a{st.batch, st.pages,     st.s.proj, sh_,   gamma_,    cos_,
                        sin_,     decay_scale_, gn_eps_,   gn_w_, st.s.mixed};
-    const bool in_scratch = 2 * sh_.h + int64_t{sh_.h} * sh_.hv <= kSeqScratchFloats;
-    launch_block_core(st.stream, RetnetCore{a, sh_.n, threads, smem_, s_in_smem_, in_scratch},
+    launch_block_core(st.stream, RetnetCore{a, sh_.n, threads_, smem_, s_in_smem_, s_in_scratch_},
                       st.batch.n_seq);
     gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -181,9 +181,9 @@ class CudaRetnet : public CudaPart {
   float gn_eps_;
   DevMatrix qkvg_, o_;
   const float *gamma_ = nullptr, *cos_ = nullptr, *sin_ = nullptr, *decay_scale_ = nullptr;
-  const float* gn_w_ = nullptr;  // [hv] after the group norm, or null
-  bool s_in_smem_ = true;
-  int smem_ = 0;
+  const float* gn_w_ = nullptr;                  // [hv] after the group norm, or null
+  bool s_in_smem_ = true, s_in_scratch_ = true;  // S in shared memory: own kernel, sequence kernel
+  int smem_ = 0, threads_ = 128;
 };
 
 }  // namespace
