@@ -192,6 +192,7 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"early_epilogue", backend.early_epilogue()},
         {"gemm_chains", backend.gemm_chains()},
         {"sequence_blocks", backend.sequence_blocks()},
+        {"sequences_per_block", backend.sequences_per_block()},
         {"sample_candidates", backend.sample_candidates()}}}};
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;

@@ -21,6 +21,7 @@
 #include "kernels/gemm_chain_plan.h"
 #include "kernels/ops.cuh"
 #include "kernels/sampling.cuh"
+#include "kernels/sequence_tiles.h"  // kSeqMaxRows
 #include "kernels/step_data.cuh"
 
 namespace mixserve {
@@ -137,6 +138,7 @@ struct CudaBackend::Impl {
        ordered_sums = false, dependent_launch = false, pipelined_gemm = false,
        early_weights = false, early_epilogue = false, gemm_chains = false, sequence_blocks = false;
   int sequence_block_rows = 0;  // the largest decode pass run by sequence blocks
+  int sequences_per_block = 0;  // CudaBackendOptions::sequences_per_block
   int chain_cluster = 8;        // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
@@ -186,7 +188,8 @@ struct CudaBackend::Impl {
     // With sequence_blocks, a pass whose sequences have one row each keeps its runs for one block
     // a sequence instead.
     const int sequences = sequence_blocks && R == at.S && R <= sequence_block_rows ? R : 0;
-    GemmChainScope chains(gemm_chains && R <= kChainRows, chain_cluster, sequences);
+    GemmChainScope chains(gemm_chains && R <= kChainRows, chain_cluster, sequences,
+                          sequences_per_block);
     embed(stream, b, R, d, embed_params, x.get());
     Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
     for (int l = 0; l < n_layers; ++l) {
@@ -326,6 +329,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
       env_switch("MIXSERVE_CUDA_SEQUENCE_BLOCKS", opts.sequence_blocks) && major >= 9;
   dw.use_sequence_blocks(m.sequence_blocks);
   m.sequence_block_rows = env_int("MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS", kSequenceBlockRows);
+  m.sequences_per_block = opts.sequences_per_block;
+  if (std::getenv("MIXSERVE_CUDA_SEQUENCES_PER_BLOCK"))
+    m.sequences_per_block = env_int("MIXSERVE_CUDA_SEQUENCES_PER_BLOCK", 1);
+  if (m.sequences_per_block < 0 || m.sequences_per_block > kSeqMaxRows)
+    throw std::invalid_argument("sequences_per_block: 0 (automatic) to " +
+                                std::to_string(kSeqMaxRows));
   m.embed_params.table = dw.f32(w.get("embed.weight"), size_t(cfg.vocab_size) * d);
   m.embed_params.scale = cfg.embed_scale;
   if (cfg.position == PositionKind::kLearned)
@@ -484,6 +493,10 @@ bool CudaBackend::small_batch_gemv() const {
 }
 bool CudaBackend::sequence_blocks() const {
   return impl_->sequence_blocks;
+}
+
+int CudaBackend::sequences_per_block() const {
+  return impl_->sequences_per_block;
 }
 bool CudaBackend::ordered_sums() const {
   return impl_->ordered_sums;

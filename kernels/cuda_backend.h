@@ -121,16 +121,24 @@ struct CudaBackendOptions {
   // attention's per-head cores, a head at a time — as one kernel of one block per sequence
   // (kernels/sequence_blocks.cuh): block s does every phase for row s alone, so only
   // __syncthreads() separates the phases, and streams the weights through a ring of shared-memory
-  // slots, several tiles ahead across phases and layers. A batch-1 step of aft_simple becomes the
-  // embedding, one kernel and the logits. Why: at d = 128 a step's weights (7 MB, f16) stay in L2
-  // and a layer's are 393 KB, so a block's bandwidth from L2, not ~90 kernels' memory round trips
-  // (324 µs at batch 1 on an H200, 2026-11-28), bounds the step. Matrices of float32, float16,
-  // bfloat16 or int8 weights up to 1 MB, K ≤ 4,096, are uploaded a second time in the kernel's
-  // tiles (sequence_tiles.h); the others run as before. The same bits as the default path (one
-  // FMA chain per output). MIXSERVE_CUDA_SEQUENCE_BLOCKS=1|0 overrides,
+  // slots, several tiles ahead across phases and layers. A layer's cores of several types join one
+  // run when they are its mixer's set (RWKV's norms, token shifts and WKV; the Extractors' norm,
+  // FIR sum or SHE's lag rows and ring push; AFT-full's K/V store and sum). A batch-1 step of a
+  // one-mixer model becomes the embedding, one kernel and the logits (SHE: where its lag matrix has
+  // tiles). Why: at d = 128 a step's weights (7 MB,
+  // f16) stay in L2 and a layer's are 393 KB, so a block's bandwidth from L2, not ~90 kernels'
+  // memory round trips (324 µs at batch 1 on an H200, 2026-11-28), bounds the step. Matrices of
+  // float32, float16, bfloat16 or int8 weights up to 1 MB, K ≤ 4,096, are uploaded a second time in
+  // the kernel's tiles (sequence_tiles.h); the others run as before. The same bits as the default
+  // path (one FMA chain per output). MIXSERVE_CUDA_SEQUENCE_BLOCKS=1|0 overrides,
   // MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS the largest batch. Off by default until it has passed on a
   // GPU.
   bool sequence_blocks = false;
+  // With sequence_blocks: the sequences one block takes (1 … 4; kernels/sequence_tiles.h's
+  // seq_rows_per_block), its rows sharing each weight the block streams — the same bits. 0: as
+  // few as keep the blocks to one wave (2 at batch 256 on 132 multiprocessors).
+  // MIXSERVE_CUDA_SEQUENCES_PER_BLOCK overrides.
+  int sequences_per_block = 0;
   int device = 0;
 };
 
@@ -180,6 +188,7 @@ class CudaBackend : public Backend {
   bool early_epilogue() const;
   bool gemm_chains() const;
   bool sequence_blocks() const;
+  int sequences_per_block() const;  // 0: chosen per pass (seq_rows_per_block)
   void init_state(int layer, const std::vector<int32_t>& pages) override;
   void read_pages(const std::vector<int32_t>& pages, float* host) const override;
   void write_pages(const std::vector<int32_t>& pages, const float* host) override;

@@ -85,10 +85,8 @@ class CudaChannelMix : public CudaPart {
 
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
-    float* xn = st.s.xn;
-    layer_norm(st.stream, st.x, rows, d, st.norm, xn);
     float *xk = st.s.proj, *xr = xk + static_cast<int64_t>(rows) * d;
-    token_shift(st, xn, offset_, {2, {mix_k_, mix_r_}, {xk, xr}});
+    norm_and_shift(st, offset_, {2, {mix_k_, mix_r_}, {xk, xr}});
     gemm(st.stream, rows_of(xk, d), key_, rows, to(st.s.hidden, c_, Epi::kStore, Act::kReluSquare));
     gemm(st.stream, rows_of(st.s.hidden, c_), value_, rows, to(st.s.tmp, d));
     gemm(st.stream, rows_of(xr, d), receptance_, rows,

@@ -4,6 +4,8 @@
 // scale once before the bias, int4 ones loaded as scale·q (kernels/sum_order.h), in the same order.
 // Tiles: BM×BN outputs per block, TM×TN per thread (strided, so a warp's shared-memory reads hit
 // distinct banks), BK of K per step, the next step's tile prefetched into registers.
+#include <stdexcept>
+
 #include "kernels/gemm.cuh"
 #include "kernels/gemm_parts.cuh"
 #include "kernels/gemm_tiles.h"
@@ -31,14 +33,7 @@ struct LagLoader {
     __syncthreads();
     return k_end;
   }
-  __device__ float load(int, int r, int k) const {
-    const int lag = k / in.d, i = k % in.d;
-    const int pos = in.batch.row_pos[r];
-    if (lag > pos) return 0.0f;
-    const int s = in.batch.row_seq[r];
-    if (r - lag >= in.batch.row_start[s]) return in.src[static_cast<int64_t>(r - lag) * in.d + i];
-    return *in.pages.at(s, static_cast<int64_t>((pos - lag) % in.window) * in.d + i);
-  }
+  __device__ float load(int, int r, int k) const { return lag_term(in, r, k); }
 };
 
 // Ordered (DevMatrix::ordered_sums): the K-chunked order of sum_order.h instead of one FMA chain
@@ -218,6 +213,7 @@ int multiprocessors() {
 void gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M, const GemmOut& out) {
   if (M <= 0) return;
   if (chain_gemm(stream, in, w, M, out)) return;  // launched later with its chain: same bits
+  if (in.lag_pos) throw std::logic_error("gathered lag rows are summed only in a sequence kernel");
   if (w.tensor_cores)
     return gemm_tensor_cores(stream, in, w, M, out);  // every M: see gemm_parts.cuh
   if (gemv_ordered_applies(w, M)) return gemm_small_batch_ordered(stream, in, w, M, out);

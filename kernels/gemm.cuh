@@ -31,6 +31,11 @@ struct GemmIn {
   const float* ln_b = nullptr;
   float ln_eps = 0;
   bool ln_rms = false;  // RMS norm (no centring) instead of the layer norm
+  // SHE's lag rows, gathered (lag_rows.cuh; a sequence kernel's GEMM only): K in chunks of
+  // kLagChunk, each summed on its own, and the chunks that row r's history reaches —
+  // min(lag_pos[r] + 1, lag_window) · lag_d terms — added in order, as gemm_lags sums them.
+  const int32_t* lag_pos = nullptr;
+  int lag_d = 0, lag_window = 0;
 };
 
 struct GemmOut {
@@ -56,10 +61,11 @@ class GemmChain;
 //
 // With `sequences` > 0 (CudaBackendOptions::sequence_blocks, a pass where each of that many
 // sequences has one row) the scope keeps the GEMMs with sequence-block tiles instead, and launches
-// a run as sequence_blocks.cuh's kernel, one block a sequence, whether `on` or not.
+// a run as sequence_blocks.cuh's kernel, a block for every `sequences_per_block` sequences (0: as
+// seq_rows_per_block chooses), whether `on` or not.
 class GemmChainScope {
  public:
-  explicit GemmChainScope(bool on, int cluster = 8, int sequences = 0);
+  explicit GemmChainScope(bool on, int cluster = 8, int sequences = 0, int sequences_per_block = 0);
   ~GemmChainScope();  // drops what was not flushed (an exception is on its way)
   GemmChainScope(const GemmChainScope&) = delete;
   GemmChainScope& operator=(const GemmChainScope&) = delete;

@@ -16,9 +16,10 @@ using gemm_chain::KeptGemm;
 
 class GemmChain {
  public:
-  GemmChain(int cluster, int sequences) {
+  GemmChain(int cluster, int sequences, int sequences_per_block) {
     plan_.cluster = cluster;
     plan_.sequences = sequences;
+    plan_.seq_rows = sequences_per_block;
   }
 
   // Keeps the GEMM (true), or leaves it to gemm() (false; the launch that follows flushes).
@@ -50,16 +51,16 @@ class GemmChain {
     return true;
   }
 
-  // A core joins the run as a phase where the run can take it — cores of its type (or none yet),
+  // A core joins the run as a phase where the run can take it — cores of its set (or none yet),
   // GEMMs its chain kernel takes, room — else starts a new run (what was kept goes first).
   void take_core(cudaStream_t stream, const void* type,
-                 const std::function<std::unique_ptr<ChainCores>()>& make, const void* core,
-                 int64_t items) {
+                 const std::function<std::unique_ptr<ChainCores>()>& make,
+                 const std::function<void(ChainCores&)>& add, int64_t items) {
     if (plan_.sequences > 0 && items % plan_.sequences != 0) {
       // Not a whole number of items a sequence: on its own, after what was kept.
       flush();
       const std::unique_ptr<ChainCores> alone = make();
-      alone->add(core, items);
+      add(*alone);
       alone->launch_alone(stream, 0);
       return;
     }
@@ -69,7 +70,7 @@ class GemmChain {
     if (!joins) flush();
     if (!cores_) cores_ = make();  // a new run, or one without cores so far
     stream_ = stream;
-    cores_->add(core, items);
+    add(*cores_);
     plan_.add_core();
   }
 
@@ -124,8 +125,7 @@ void GemmChain::flush() {
       gemm(stream_, kept[0].in, kept[0].w, kept[0].M, kept[0].out);
     } else {
       gemm_parts::with_weight_type(kept[0].w.type, [&](auto weight) {
-        gemm_chain::launch_chain<decltype(weight)>(stream_, plan, kept,
-                                                   gemm_chain::CoreList<gemm_chain::NoCore>{});
+        gemm_chain::launch_chain<decltype(weight)>(stream_, plan, kept, gemm_chain::CoreList<>{});
       });
     }
   } catch (...) {
@@ -150,8 +150,8 @@ bool gemm_chain::sequence_chain_open() {
 
 void gemm_chain::chain_core(cudaStream_t stream, const void* type,
                             const std::function<std::unique_ptr<ChainCores>()>& make,
-                            const void* core, int64_t items) {
-  active_chain->take_core(stream, type, make, core, items);
+                            const std::function<void(ChainCores&)>& add, int64_t items) {
+  active_chain->take_core(stream, type, make, add, items);
 }
 
 int64_t gemm_chains_launched() {
@@ -171,10 +171,11 @@ void check_gemm_chain_cluster(int cluster) {
     throw std::invalid_argument("a GEMM chain's cluster is 8 or 16 blocks");
 }
 
-GemmChainScope::GemmChainScope(bool on, int cluster, int sequences) : previous_(active_chain) {
+GemmChainScope::GemmChainScope(bool on, int cluster, int sequences, int sequences_per_block)
+    : previous_(active_chain) {
   check_gemm_chain_cluster(cluster);
   if (!on && sequences == 0) return;
-  chain_ = std::make_unique<GemmChain>(cluster, sequences);
+  chain_ = std::make_unique<GemmChain>(cluster, sequences, sequences_per_block);
   active_chain = chain_.get();
   before_kernel_launch = flush_active_chain;
 }

@@ -46,9 +46,9 @@ __device__ void copy_step_weights(const ChainArgs<WT>& c, int b, ChainCursor at,
 // The cluster is the whole grid (plan.cluster blocks), so a block's rank is its blockIdx.x, and
 // each block has a multiprocessor to itself: the bounds say so (one block a multiprocessor), or
 // ptxas keeps to 64 registers and spills where a core adds its own (AFT-local's).
-template <typename WT, typename Core>
+template <typename WT, typename Cores>
 __global__ void __launch_bounds__(kThreads, 1)
-    chain_kernel(const ChainArgs<WT> c, const CoreList<Core> cores) {
+    chain_kernel(const ChainArgs<WT> c, const Cores cores) {
   kernel_prologue([&] {
     const ChainCursor first = c.plan.first_from(blockIdx.x, 0);
     if (c.early_weights && first.phase < c.plan.phases) copy_step_weights(c, blockIdx.x, first, 0);
@@ -135,15 +135,21 @@ void launch_one_cluster(int cluster, cudaStream_t stream, const Args&... args) {
   launch_kernel_in_clusters(cluster, kKernel, cluster, kThreads, 0, stream, args...);
 }
 
-// The chain's kernel for weights WT, in its order, with `cores` for its core phases (a chain
-// without core phases: CoreList<NoCore>).
-template <typename WT, typename Core>
+// The chain's kernel for weights WT, in its order, with `cores` (a CoreList) for its core phases (a
+// chain without core phases: CoreList<>).
+template <typename WT, typename Cores>
 void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<KeptGemm>& kept,
-                  const CoreList<Core>& cores) {
+                  const Cores& cores) {
   // A kernel's parameters may take 32,764 bytes since CUDA 12.1 (4 KB before).
-  static_assert(sizeof(ChainArgs<WT>) + sizeof(CoreList<Core>) <= 32764, "kernel parameters");
+  static_assert(sizeof(ChainArgs<WT>) + sizeof(Cores) <= 32764, "kernel parameters");
   ChainArgs<WT> c{};
   c.plan = plan;
+  if (plan.sequences > 0) {
+    int max_k = 1;
+    for (int p = 0; p < plan.phases; ++p) max_k = std::max(max_k, plan.k[p]);
+    c.plan.seq_rows =
+        seq_rows_per_block(plan.sequences, gemm_parts::multiprocessors(), plan.seq_rows, max_k);
+  }
   c.early_weights = !kept.empty() && kept[0].w.early_weights;
   size_t g = 0;  // the kept GEMMs, in the order of their phases
   for (int p = 0; p < plan.phases; ++p) {
@@ -159,14 +165,14 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
     if constexpr (std::is_same_v<WT, gemm_parts::PackedInt4>)
       throw std::logic_error("int4 GEMMs have no sequence-block tiles");
     else
-      sequence_blocks::launch_sequences<WT, Core>(stream, c, cores, plan.sequences);
+      sequence_blocks::launch_sequences<WT, Cores>(stream, c, cores, plan.sequences);
     count_sequence_launch();
-  } else if constexpr (kIsBlockCore<Core>) {
+  } else if (cores.block_cores) {
     throw std::logic_error("a block core joins only a sequence kernel's run");
   } else if (!plan.ordered) {
-    launch_one_cluster<chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);
+    launch_one_cluster<chain_kernel<WT, Cores>>(plan.cluster, stream, c, cores);
   } else if constexpr (kChainsInOrder<WT>) {
-    launch_one_cluster<ordered_chain_kernel<WT, Core>>(plan.cluster, stream, c, cores);
+    launch_one_cluster<ordered_chain_kernel<WT, Cores>>(plan.cluster, stream, c, cores);
   } else {
     throw std::logic_error("float32 GEMMs are not chained in the K-chunked order");
   }
@@ -189,16 +195,14 @@ void launch_core_alone(cudaStream_t stream, const Core& core, int64_t items) {
                 items);
 }
 
-// The cores a run has kept, all of one type (ChainCoresOf<Core>, made by launch_core), type-erased
-// for gemm_chain.cu.
+// The cores a run has kept, all of one set of types (ChainCoresOf<Cores...>, made by launch_core),
+// type-erased for gemm_chain.cu.
 class ChainCores {
  public:
   virtual ~ChainCores() = default;
-  // One tag per core type: a run keeps cores of one type (the kernel is a template on it).
+  // One tag per set of core types: a run keeps cores of one set (the kernel is a template on it).
   virtual const void* type() const = 0;
   virtual int size() const = 0;
-  // Keeps `core` (a Core of this type) over `items`.
-  virtual void add(const void* core, int64_t items) = 0;
   // Core i on its own kernel.
   virtual void launch_alone(cudaStream_t stream, int i) const = 0;
   // The chain: its GEMMs (of a type cores_join takes) and these cores.
@@ -216,26 +220,30 @@ inline bool cores_join(CudaWeightType weights, bool ordered) {
          (!ordered || chains_in_order(weights));
 }
 
-template <typename Core>
+template <typename T>
 const void* core_type_tag() {
   static const char tag = 0;
   return &tag;
 }
 
-template <typename Core>
+template <typename... Cores>
 class ChainCoresOf final : public ChainCores {
  public:
-  const void* type() const override { return core_type_tag<Core>(); }
-  int size() const override { return n_; }
-  void add(const void* core, int64_t items) override {
-    list_.core[n_] = *static_cast<const Core*>(core);
-    list_.items[n_++] = items;
+  using List = CoreList<Cores...>;
+  const void* type() const override { return core_type_tag<List>(); }
+  int size() const override { return list_.size; }
+  template <typename Core>
+  void add(const Core& core, int64_t items) {
+    list_.add(core, items);
   }
   void launch_alone(cudaStream_t stream, int i) const override {
-    if constexpr (kIsBlockCore<Core>)
-      list_.core[i].launch_alone(stream);
-    else
-      launch_core_alone(stream, list_.core[i], list_.items[i]);
+    list_.visit(i, [&](const auto& core) {
+      using Core = std::decay_t<decltype(core)>;
+      if constexpr (kIsBlockCore<Core>)
+        core.launch_alone(stream);
+      else
+        launch_core_alone(stream, core, list_.items[i]);
+    });
   }
   void launch(cudaStream_t stream, const ChainPlan& plan,
               const std::vector<KeptGemm>& kept) const override {
@@ -247,42 +255,50 @@ class ChainCoresOf final : public ChainCores {
   }
 
  private:
-  CoreList<Core> list_{};
-  int n_ = 0;
+  List list_{};
 };
 
-// Keeps the core (of the type `type`, `make` makes its list) in the open scope's run — where the
-// run can take it (its cores' type, its GEMMs' weights, room), else as the start of a new run.
+// Keeps a core in the open scope's run — where the run can take it (its cores' set `type`, its
+// GEMMs' weights, room), else as the start of a new run (`make` makes the set's list, `add` adds
+// the core to it).
 void chain_core(cudaStream_t stream, const void* type,
-                const std::function<std::unique_ptr<ChainCores>()>& make, const void* core,
-                int64_t items);
+                const std::function<std::unique_ptr<ChainCores>()>& make,
+                const std::function<void(ChainCores&)>& add, int64_t items);
+
+// chain_core for a Core of the set Set (a CoreList; void: the core's type alone).
+template <typename Set, typename Core>
+void chain_core_of(cudaStream_t stream, const Core& core, int64_t items) {
+  using List = std::conditional_t<std::is_void_v<Set>, CoreList<Core>, Set>;
+  using Of = typename List::template Apply<ChainCoresOf>;
+  chain_core(
+      stream, core_type_tag<List>(), [] { return std::make_unique<Of>(); },
+      [&](ChainCores& cores) { static_cast<Of&>(cores).add(core, items); }, items);
+}
 
 }  // namespace gemm_chain
 
 // A block core (gemm_chain_args.cuh: kIsBlockCore) over `sequences` sequences: inside a sequence
 // kernel's run when a scope in sequence mode is open and the core fits a sequence block
-// (core.fits_sequence_block()), else on its own kernel (core.launch_alone).
-template <typename Core>
+// (core.fits_sequence_block()), else on its own kernel (core.launch_alone). Set: the CoreList of
+// the core types its run may hold (void: this core's type alone).
+template <typename Set = void, typename Core>
 void launch_block_core(cudaStream_t stream, const Core& core, int sequences) {
-  using namespace gemm_chain;
-  if (!sequence_chain_open() || !core.fits_sequence_block()) return core.launch_alone(stream);
-  chain_core(
-      stream, core_type_tag<Core>(), [] { return std::make_unique<ChainCoresOf<Core>>(); }, &core,
-      int64_t{sequences} * core.parts);
+  if (!gemm_chain::sequence_chain_open() || !core.fits_sequence_block())
+    return core.launch_alone(stream);
+  gemm_chain::chain_core_of<Set>(stream, core, int64_t{sequences} * core.parts);
 }
 
 // core(i) for i = 0 … items − 1, each independent of the others (a mixer's element-wise core:
 // one call per sequence and channel): on its own as one thread per item, or with the option on
 // (≤ 8 rows) as a phase of a GEMM chain, so that the projections after it — and the next layer's
 // core and projections — run in the same kernel. `Core` is a copyable functor with
-// __device__ operator()(int64_t).
-template <typename Core>
+// __device__ operator()(int64_t). Set: the CoreList of the core types its run may hold (a mixer
+// family's: RWKV's layer norm, token shift and WKV), so that they share a kernel; void: this
+// core's type alone.
+template <typename Set = void, typename Core>
 void launch_core(cudaStream_t stream, const Core& core, int64_t items) {
-  using namespace gemm_chain;
-  if (!chain_open()) return launch_core_alone(stream, core, items);
-  chain_core(
-      stream, core_type_tag<Core>(), [] { return std::make_unique<ChainCoresOf<Core>>(); }, &core,
-      items);
+  if (!gemm_chain::chain_open()) return gemm_chain::launch_core_alone(stream, core, items);
+  gemm_chain::chain_core_of<Set>(stream, core, items);
 }
 
 }  // namespace mixserve::cuda

@@ -50,9 +50,9 @@ __device__ __forceinline__ void load_ordered_chunk(const ChainArgs<WT>& c, int p
     w.load(c.phase[p].w, c.phase[p].group_scales, n, plan.ordered_chunk(p, i), plan.k[p]);
 }
 
-template <typename WT, typename Core>
+template <typename WT, typename Cores>
 __global__ void __launch_bounds__(kChainThreads, 1)
-    ordered_chain_kernel(const ChainArgs<WT> c, const CoreList<Core> cores) {
+    ordered_chain_kernel(const ChainArgs<WT> c, const Cores cores) {
   auto w = kernel_prologue_into<ordered_chunk::HeldChunk<WT>>([&](auto& held) {
     const int first = c.plan.first_from(blockIdx.x, 0).phase;
     if (c.early_weights && first < c.plan.phases) load_ordered_chunk(c, first, blockIdx.x, 0, held);

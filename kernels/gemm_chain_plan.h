@@ -36,7 +36,9 @@ namespace mixserve::cuda {
 // GEMMs and cores in one chain: a batch-1 step of the paper config's aft_simple is 91 (18 layers
 // of a core and four GEMMs, and the first layer's input projection).
 constexpr int kChainMaxPhases = 96;
-constexpr int kChainMaxCores = 24;    // cores in one chain (one a layer)
+// Cores in one chain: RWKV has five a layer (two norms, two token shifts, WKV), so a run of 96
+// phases holds 40 of them.
+constexpr int kChainMaxCores = 48;
 constexpr int kChainTile = 32;        // outputs per tile (one warp's lanes, as gemv.cu)
 constexpr int kChainChunk = 128;      // K per step (gemv.cu's kChunk)
 constexpr int kChainRows = 8;         // M ≤ kChainRows (gemv.cu's kRows)
@@ -63,6 +65,9 @@ struct ChainPlan {
   // > 0: the run is sequence_blocks.cuh's kernel, one block for each of these sequences, instead
   // of one cluster; a block then does every tile of every phase for its sequence's row.
   int sequences = 0;
+  // The sequences a block takes then (seq_rows_per_block, decided at launch): the scope's wish
+  // until then (0: as many as keep the blocks to one wave).
+  int seq_rows = 0;
   int phases = 0;
   int n[kChainMaxPhases] = {};
   int k[kChainMaxPhases] = {};

@@ -28,6 +28,17 @@ bool gemv_ordered_applies(const DevMatrix& w, int M);
 void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                               const GemmOut& out);
 
+// A[r, k] of SHE's lag matrix (gemm.cuh's gemm_lags): row r's input λ = k / d positions back, from
+// this batch's rows or the ring in the state, zero before position 0.
+__device__ __forceinline__ float lag_term(const LagIn& in, int r, int k) {
+  const int lag = k / in.d, i = k % in.d;
+  const int pos = in.batch.row_pos[r];
+  if (lag > pos) return 0.0f;
+  const int s = in.batch.row_seq[r];
+  if (r - lag >= in.batch.row_start[s]) return in.src[static_cast<int64_t>(r - lag) * in.d + i];
+  return *in.pages.at(s, static_cast<int64_t>((pos - lag) % in.window) * in.d + i);
+}
+
 namespace gemm_parts {
 
 // The multiprocessors of the device the process uses (one device: CudaBackendOptions::device);

@@ -3,6 +3,7 @@
 
 #include "engine/model_weights.h"
 #include "engine/quantize.h"
+#include "kernels/layer_norm.cuh"
 #include "kernels/ops.cuh"
 #include "kernels/sequence_tiles.h"
 #include "kernels/sum_order.h"
@@ -10,25 +11,6 @@
 namespace mixserve::cuda {
 
 namespace {
-
-// Layer or RMS norm of one row held by the block (v[i] for i = threadIdx.x, +blockDim.x, ...), in
-// place; statistics in double as the CPU computes them.
-__device__ void normalize_row(float* row, int d, const Norm& n) {
-  __shared__ double red[32];
-  double s = 0;
-  if (!n.rms)  // an RMS norm does not centre: mean 0
-    for (int i = threadIdx.x; i < d; i += blockDim.x) s += row[i];
-  const double mu = block_sum(s, red) / d;
-  double v = 0;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) v += (row[i] - mu) * (row[i] - mu);
-  const double var = block_sum(v, red) / d;
-  const float m = static_cast<float>(mu);
-  const float inv = static_cast<float>(1.0 / sqrt(var + static_cast<double>(n.eps)));
-  for (int i = threadIdx.x; i < d; i += blockDim.x) {
-    const float x = (row[i] - m) * inv;
-    row[i] = n.w ? fmaf(x, n.w[i], n.b ? n.b[i] : 0.0f) : x;
-  }
-}
 
 __global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
   kernel_prologue();
@@ -39,17 +21,17 @@ __global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
     xr[i] = fmaf(p.scale, p.table[static_cast<int64_t>(tok) * d + i],
                  p.pos ? p.pos[static_cast<int64_t>(pos) * d + i] : 0.0f);
   if (p.norm.w) {
+    __shared__ double red[32];
     __syncthreads();
-    normalize_row(xr, d, p.norm);
+    normalize_row(xr, xr, d, p.norm, red);
   }
 }
 
 __global__ void layer_norm_kernel(const float* x, int d, Norm n, float* y) {
   kernel_prologue();
+  __shared__ double red[32];
   const int64_t off = static_cast<int64_t>(blockIdx.x) * d;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) y[off + i] = x[off + i];
-  __syncthreads();
-  normalize_row(y + off, d, n);
+  normalize_row(x + off, y + off, d, n, red);
 }
 
 __global__ void init_pages_kernel(float* pool, const int32_t* pages, int n, int pf, InitRuns runs) {
@@ -107,7 +89,7 @@ int blocks_for(int n, int pf) {
 void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p,
            float* x) {
   if (rows == 0) return;
-  launch_kernel(embed_kernel, rows, 128, 0, stream, b, d, p, x);
+  launch_kernel(embed_kernel, rows, kNormThreads, 0, stream, b, d, p, x);
 }
 
 void apply_table_writes(cudaStream_t stream, const int32_t* writes, const int32_t* count,
@@ -117,7 +99,7 @@ void apply_table_writes(cudaStream_t stream, const int32_t* writes, const int32_
 
 void layer_norm(cudaStream_t stream, const float* x, int rows, int d, const Norm& n, float* y) {
   if (rows == 0) return;
-  launch_kernel(layer_norm_kernel, rows, 128, 0, stream, x, d, n, y);
+  launch_kernel(layer_norm_kernel, rows, kNormThreads, 0, stream, x, d, n, y);
 }
 
 void init_pages(cudaStream_t stream, float* pool, const int32_t* pages, int n, int pf,

@@ -27,10 +27,8 @@ namespace sequence_blocks {
 using namespace gemm_parts;
 using gemm_chain::ChainArgs;
 using gemm_chain::ChainPhase;
-using gemm_chain::CoreList;
 
-constexpr int kRowFloats = split_gemv_padded(kSeqMaxK);  // the row of A, as copy_rows lays it out
-static_assert(kRowFloats + 2 * kSeqNormStageK == kSeqScratchFloats, "the scratch beside the ring");
+static_assert(kSeqMaxRows <= ordered_chunk::kRows, "copy_rows' statistics cover a block's rows");
 constexpr size_t kSmemBytes =
     size_t{kSeqSlots} * kSeqSlotBytes + size_t{kSeqScratchFloats} * sizeof(float);
 static_assert(kSmemBytes + 1024 <= 227 * 1024, "sm_90's shared memory a block");
@@ -72,27 +70,53 @@ __device__ __forceinline__ void copy_ahead(const ChainArgs<WT>& c, SeqCursor& at
   for (int i = 0; i < kSeqSlots - 1; ++i) copy_next(c, at);
 }
 
-// Row s of GEMM phase p: what finishing the thread's first output reads (bias, the old value a
-// residual adds to, ...: finish_inputs) loaded first, its row of A copied (and normed, the norm's
-// weights beside it) into shared memory — one round trip for all three — then its tiles as they
-// land, each output's terms in order, the next tiles' copies issued as slots free up.
+// Rows m0 … m0 + M − 1 of GEMM phase p (the block's sequences): what finishing the thread's first
+// output reads (bias, the old value a residual adds to, ...: finish_inputs) loaded first, the rows
+// of A copied (and normed, the norm's weights beside them) into shared memory — one round trip for
+// all three — then its tiles as they land, each weight used for every row, each output's terms in
+// order, the next tiles' copies issued as slots free up.
 template <typename WT>
-__device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, SeqCursor& copy,
-                                         float* stats) {
+__device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, int M,
+                                         SeqCursor& copy, float* stats) {
   constexpr int kTerms = 128 / weight_bits<WT>();
+  static_assert(kLagChunk % kTerms == 0, "a lag chunk begins with a piece");
   const ChainPhase<WT>& ph = c.phase[p];
   const SeqTiles t = tiles_of(c, p);
-  const int K = t.k;
+  const int K = t.k, row_floats = split_gemv_padded(K);
   float* As = row_of_a();
   const int i = threadIdx.x;
-  FinishInputs fin;  // for output nb·T + i of the n-block being summed
-  if (i < t.rows(0)) fin = finish_inputs(ph.out, ph.bias, ph.output_scales, s, i);
+  FinishInputs fin[kSeqMaxRows];  // for output nb·T + i of the n-block being summed
+  auto load_finish_inputs = [&](int n) {
+#pragma unroll
+    for (int r = 0; r < kSeqMaxRows; ++r)
+      if (r < M) fin[r] = finish_inputs(ph.out, ph.bias, ph.output_scales, m0 + r, n);
+  };
+  if (i < t.rows(0)) load_finish_inputs(i);
   PlainLoader a{ph.in, K, nullptr, nullptr};
   a.bind(stats, ordered_chunk::kRows);
-  ordered_chunk::copy_rows(a, As, split_gemv_padded(K), 1, K,
-                           K <= kSeqNormStageK ? As + kRowFloats : nullptr,
-                           s);  // ends with a barrier
-  float acc = 0.0f;
+  ordered_chunk::copy_rows(a, As, row_floats, M, K,
+                           K <= kSeqNormStageK ? As + kSeqRowFloats : nullptr,
+                           m0);  // ends with a barrier
+  // SHE's gathered lag rows (GemmIn::lag_pos): each chunk of kLagChunk one FMA chain from +0 (acc),
+  // the first `lag_chunks` of them — those the row's history reaches — added in order into
+  // `chunks`, as lag_reduce_kernel adds gemm_lags' partial sums; none: one chain over all of K.
+  const bool lag = ph.in.lag_pos != nullptr;
+  int lag_chunks[kSeqMaxRows];
+  float acc[kSeqMaxRows], chunks[kSeqMaxRows];
+#pragma unroll
+  for (int r = 0; r < kSeqMaxRows; ++r) {
+    const int terms =
+        lag && r < M ? min(ph.in.lag_pos[m0 + r] + 1, ph.in.lag_window) * ph.in.lag_d : 0;
+    lag_chunks[r] = (terms + kLagChunk - 1) / kLagChunk;
+    acc[r] = chunks[r] = 0.0f;
+  }
+  auto end_chunk = [&](int c) {  // chunk c's chains end
+#pragma unroll
+    for (int r = 0; r < kSeqMaxRows; ++r) {
+      if (c < lag_chunks[r]) chunks[r] = c == 0 ? acc[r] : __fadd_rn(chunks[r], acc[r]);
+      acc[r] = 0.0f;
+    }
+  };
   for (int tile = 0; tile < t.tiles(); ++tile) {
     // The run's tile to sum now: the copies run kSeqSlots − 1 tiles ahead of the sums.
     const int summed = copy.index - (kSeqSlots - 1);
@@ -101,46 +125,60 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int s, S
     copy_next(c, copy);
     const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
     if (i >= rows) continue;
-    if (kt == 0 && nb > 0)
-      fin = finish_inputs(ph.out, ph.bias, ph.output_scales, s, nb * kSeqThreads + i);
+    if (kt == 0 && nb > 0) load_finish_inputs(nb * kSeqThreads + i);
     const auto* w = reinterpret_cast<const uint4*>(slot(summed));
     for (int j = 0; j < t.units_of(kt); ++j) {
       const uint4 v = w[j * rows + i];
       const int k0 = t.first_term(kt, j);  // a multiple of kTerms: 4 terms of A are 16 bytes
+      if (lag && k0 > 0 && k0 % kLagChunk == 0) end_chunk(k0 / kLagChunk - 1);
 #pragma unroll
       for (int q = 0; q < kTerms / 4; ++q) {
-        const float4 a4 = *reinterpret_cast<const float4*>(As + split_gemv_padded(k0 + 4 * q));
-        const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+        float wq[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (k0 + 4 * q + e < K)
-            acc = __fmaf_rn(a[e], ordered_chunk::unit_term<WT>(v, 4 * q + e), acc);
+        for (int e = 0; e < 4; ++e) wq[e] = ordered_chunk::unit_term<WT>(v, 4 * q + e);
+        const int at = split_gemv_padded(k0 + 4 * q);
+#pragma unroll
+        for (int r = 0; r < kSeqMaxRows; ++r) {
+          if (r >= M) break;
+          const float4 a4 = *reinterpret_cast<const float4*>(As + r * row_floats + at);
+          const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (k0 + 4 * q + e < K) acc[r] = __fmaf_rn(a[e], wq[e], acc[r]);
+        }
       }
     }
     if (kt + 1 == t.k_tiles()) {
-      finish_with(ph.out, fin, s, nb * kSeqThreads + i, acc);  // finish()'s arithmetic
-      acc = 0.0f;
+      if (lag) end_chunk((K - 1) / kLagChunk);
+#pragma unroll
+      for (int r = 0; r < kSeqMaxRows; ++r) {
+        if (r >= M) break;
+        // finish()'s arithmetic
+        finish_with(ph.out, fin[r], m0 + r, nb * kSeqThreads + i, lag ? chunks[r] : acc[r]);
+        acc[r] = 0.0f;
+      }
     }
   }
 }
 
-template <typename WT, typename Core>
+template <typename WT, typename Cores>
 __global__ void __launch_bounds__(kSeqThreads, 1)
-    sequence_kernel(const ChainArgs<WT> c, const CoreList<Core> cores, const int sequences) {
+    sequence_kernel(const ChainArgs<WT> c, const Cores cores, const int sequences) {
   auto copy = kernel_prologue_into<SeqCursor>([&](SeqCursor& at) {
     if (c.early_weights) copy_ahead(c, at);
   });
   if (!c.early_weights) copy_ahead(c, copy);
   __shared__ float stats[2 * ordered_chunk::kRows];
   __shared__ double red[32];  // a block core's block_sum
-  const int s = blockIdx.x;
+  // The block's sequences: m0 … m0 + M − 1 (seq_rows_per_block).
+  const int m0 = blockIdx.x * c.plan.seq_rows, M = min(c.plan.seq_rows, sequences - m0);
   int core = 0;
   for (int p = 0; p < c.plan.phases; ++p) {
     __syncthreads();  // the previous phase's writes are visible, its reads done
     if (c.plan.is_core(p))
-      cores.run_sequence(core++, s, sequences, row_of_a(), red);
+      cores.run_sequences(core++, m0, M, sequences, row_of_a(), red);
     else
-      run_gemm(c, p, s, copy, stats);
+      run_gemm(c, p, m0, M, copy, stats);
   }
   __pipeline_wait_prior(0);  // no copy outlives the block
 }
@@ -152,18 +190,18 @@ inline bool sequence_blocks_apply(const DevMatrix& w, int M, int sequences) {
   return w.seq_tiles && M == sequences && !w.ordered_sums && !w.tensor_cores;
 }
 
-template <typename WT, typename Core>
-void launch_sequences(cudaStream_t stream, const ChainArgs<WT>& c, const CoreList<Core>& cores,
+template <typename WT, typename Cores>
+void launch_sequences(cudaStream_t stream, const ChainArgs<WT>& c, const Cores& cores,
                       int sequences) {
   static const bool sized = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(sequence_kernel<WT, Core>,
+    CUDA_CHECK(cudaFuncSetAttribute(sequence_kernel<WT, Cores>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(kSmemBytes)));
     return true;
   }();
   (void)sized;
-  launch_kernel(sequence_kernel<WT, Core>, sequences, kSeqThreads, kSmemBytes, stream, c, cores,
-                sequences);
+  launch_kernel(sequence_kernel<WT, Cores>, ceil_div(sequences, c.plan.seq_rows), kSeqThreads,
+                kSmemBytes, stream, c, cores, sequences);
 }
 
 }  // namespace sequence_blocks

@@ -27,7 +27,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/sum_order.h"  // MIXSERVE_HD
+#include "kernels/gemm_tiles.h"  // split_gemv_padded; sum_order.h: MIXSERVE_HD
 
 namespace mixserve::cuda {
 
@@ -40,7 +40,24 @@ constexpr int64_t kSeqMaxMatrixBytes = 1 << 20;  // larger matrices are not stre
 // (split_gemv_padded) and the norm's weights and biases for K ≤ 1,024; a block core's scratch in a
 // core phase.
 constexpr int kSeqNormStageK = 1024;
-constexpr int kSeqScratchFloats = kSeqMaxK + kSeqMaxK / kSumChunk * 4 + 2 * kSeqNormStageK;
+constexpr int kSeqRowFloats = split_gemv_padded(kSeqMaxK);  // a phase's rows of A
+constexpr int kSeqScratchFloats = kSeqRowFloats + 2 * kSeqNormStageK;
+constexpr int kSeqMaxRows = 4;  // sequences one block may take
+
+// The sequences one block takes (from sequence m0 = block · rows on): `wanted` when set, else as
+// few as keep the blocks to one wave at a block a multiprocessor (`sms`; 217 KB of shared memory
+// a block), so that at batch 256 each block streams the weights once for two rows instead of the
+// GPU streaming them twice in two waves; at most kSeqMaxRows, and as many rows of A of the run's
+// longest K as fit kSeqRowFloats. The rows of a block share each weight the ring brings; every
+// output of every row is still its own FMA chain, so the bits do not depend on it.
+MIXSERVE_HD constexpr int seq_rows_per_block(int sequences, int sms, int wanted, int max_k) {
+  int rows = wanted > 0 ? wanted : (sequences + sms - 1) / sms;
+  const int fit = kSeqRowFloats / split_gemv_padded(max_k > 0 ? max_k : 1);
+  if (rows > kSeqMaxRows) rows = kSeqMaxRows;
+  if (rows > fit) rows = fit;
+  if (rows > sequences) rows = sequences;
+  return rows < 1 ? 1 : rows;
+}
 
 struct SeqTiles {
   int n = 0, k = 0, bits = 0;

@@ -29,6 +29,12 @@
 
 namespace mixserve::cuda {
 
+// A layer norm's statistics (layer_norm.cuh): thread t < kNormThreads of the block sums terms t,
+// t + kNormThreads, … in double, and block_sum adds the threads' sums in its fixed tree — the order
+// of layer_norm()'s own block of 128, kept by any larger block that runs a norm (a sequence
+// kernel's 512 threads; tests/engine/test_norm_order.cc).
+constexpr int kNormThreads = 128;
+
 constexpr int kSumChunk = 64;                      // terms per FMA chain
 constexpr int kSumGroup = 4;                       // chunks per group
 constexpr int kSumGroupK = kSumChunk * kSumGroup;  // K per group (256)

@@ -50,10 +50,11 @@ __global__ void warp_core_kernel(const Core core, const int64_t items) {
   if (i < items) core.run(i, WarpLanes{});  // a whole warp: blocks are whole warps
 }
 
-// A warp per item (warps: CudaBackendOptions::warp_cores), else launch_core's thread per item.
-template <typename Core>
+// A warp per item (warps: CudaBackendOptions::warp_cores), else launch_core's thread per item
+// (Set: as launch_core's).
+template <typename Set = void, typename Core>
 void launch_lanes_core(cudaStream_t stream, const Core& core, int64_t items, bool warps) {
-  if (!warps) return launch_core(stream, core, items);
+  if (!warps) return launch_core<Set>(stream, core, items);
   launch_kernel(warp_core_kernel<Core>, static_cast<int>(ceil_div(items * 32, kWarpCoreThreads)),
                 kWarpCoreThreads, 0, stream, core, items);
 }

@@ -1,7 +1,7 @@
 """config.json of a mixserve model (docs/model-format.md): parse, validate, write."""
 import json
 import math
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, asdict
 
 from .mixers import MIXERS as _TABLE
 

@@ -4,7 +4,6 @@ forward(tokens) is the parallel (training) form; init_state/step the recurrent o
 Module and parameter names are the tensor names of docs/model-format.md, so state_dict() is the
 safetensors content.
 """
-import math
 import os
 
 import torch

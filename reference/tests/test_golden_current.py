@@ -18,8 +18,6 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "reference"))
 from mixserve_ref import safetensors_io  # noqa: E402

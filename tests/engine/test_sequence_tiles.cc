@@ -9,6 +9,7 @@
 // never into the slot being read.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -246,6 +247,34 @@ TEST(SequenceTiles, TheCopiesRunAheadOfTheSumsInTheirOrder) {
       SCOPED_TRACE(::testing::Message() << run.size() << " phases, bits " << bits);
       check_schedule(run, bits);
     }
+}
+
+// How many sequences a block takes (sequences_per_block; the bits do not depend on it): by default
+// as few as keep the blocks to one wave, at most kSeqMaxRows, and never more rows of A than the
+// block's space holds for the run's longest K, nor more than there are sequences.
+TEST(SequenceTiles, SequencesABlock) {
+  EXPECT_EQ(seq_rows_per_block(1, 132, 0, 512), 1);
+  EXPECT_EQ(seq_rows_per_block(132, 132, 0, 512), 1);
+  EXPECT_EQ(seq_rows_per_block(133, 132, 0, 512), 2);
+  EXPECT_EQ(seq_rows_per_block(256, 132, 0, 512), 2);  // batch 256 on an H100/H200: 128 blocks
+  EXPECT_EQ(seq_rows_per_block(512, 132, 0, 512), 4);
+  EXPECT_EQ(seq_rows_per_block(4096, 132, 0, 512), kSeqMaxRows);
+  EXPECT_EQ(seq_rows_per_block(3, 132, 4, 512), 3);     // wanted, but only three sequences
+  EXPECT_EQ(seq_rows_per_block(256, 132, 4, 2048), 2);  // two rows of 2,048 fill the space
+  EXPECT_EQ(seq_rows_per_block(256, 132, 3, 4096), 1);
+  for (int sequences = 1; sequences <= 600; sequences += 7)
+    for (int sms : {1, 8, 78, 132})
+      for (int wanted = 0; wanted <= kSeqMaxRows; ++wanted)
+        for (int k : {1, 64, 128, 500, 512, 1024, 1500, 2048, 4096}) {
+          const int rows = seq_rows_per_block(sequences, sms, wanted, k);
+          ASSERT_GE(rows, 1);
+          ASSERT_LE(rows, std::min(kSeqMaxRows, sequences));
+          ASSERT_LE(rows * split_gemv_padded(k), kSeqRowFloats) << k;
+          if (wanted > 0) ASSERT_LE(rows, wanted);
+          // One wave where the limits allow it; no more rows than that needs.
+          const int fit = std::min({kSeqMaxRows, kSeqRowFloats / split_gemv_padded(k), sequences});
+          if (wanted == 0) ASSERT_EQ(rows, std::min(fit, (sequences + sms - 1) / sms));
+        }
 }
 
 }  // namespace

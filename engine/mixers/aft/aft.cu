@@ -108,13 +108,21 @@ struct AftLocalCore {
   }
 };
 
-__global__ void store_kv_kernel(DevBatch b, DevPages pages, const float* qkv, int d) {
-  kernel_prologue();
-  const int r = blockIdx.x, pos = b.row_pos[r], s = b.row_seq[r];
-  if (pages.padding_row(s)) return;  // a padding row writes no state
-  for (int i = threadIdx.x; i < 2 * d; i += blockDim.x)
+// AFT-full's state: each row's k and v at its position, one (row, i < 2d) per item — before
+// AftFullCore reads them (a kernel boundary, or a barrier in a sequence kernel, between the two).
+struct StoreKvCore {
+  DevBatch b;
+  DevPages pages;
+  const float* qkv;
+  int d;
+
+  __device__ void operator()(int64_t idx) const {
+    const int r = static_cast<int>(idx / (2 * d)), i = static_cast<int>(idx % (2 * d));
+    const int pos = b.row_pos[r], s = b.row_seq[r];
+    if (pages.padding_row(s)) return;  // a padding row writes no state
     *pages.token_row(s, pos, 2 * d, i) = qkv[static_cast<int64_t>(r) * 3 * d + d + i];
-}
+  }
+};
 
 // AFT-full, one (row, channel) per item: Σ_j e^{k_j + w[pos, j]} v_j / Σ_j e^{k_j + w[pos, j]},
 // lag 0 (j = pos) first, as the CPU sums.
@@ -152,6 +160,9 @@ struct AftFullCore {
   }
 };
 
+// AFT-full's cores, which share a sequence kernel's run.
+using AftFullCores = gemm_chain::CoreList<StoreKvCore, AftFullCore>;
+
 class CudaAft : public CudaPart {
  public:
   CudaAft(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
@@ -180,9 +191,11 @@ class CudaAft : public CudaPart {
                         AftLocalCore{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed}, items,
                         warp_cores_);
     } else {
-      launch_kernel(store_kv_kernel, rows, 128, 0, st.stream, st.batch, st.pages, qkv, d);
-      launch_lanes_core(st.stream, AftFullCore{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed},
-                        int64_t{rows} * d, warp_cores_);
+      launch_core<AftFullCores>(st.stream, StoreKvCore{st.batch, st.pages, qkv, d},
+                                int64_t{rows} * 2 * d);
+      launch_lanes_core<AftFullCores>(st.stream,
+                                      AftFullCore{st.batch, st.pages, qkv, d, l_, pos_bias_, mixed},
+                                      int64_t{rows} * d, warp_cores_);
     }
     gemm(st.stream, rows_of(mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }

@@ -4,6 +4,8 @@
 // (gemm_lags); HE/WE/ME use one thread per (row, channel). The ring is written after every row
 // of the step has read it.
 #include "kernels/cuda_part.cuh"
+#include "kernels/lag_rows.cuh"    // gemm_lags_in
+#include "kernels/layer_norm.cuh"  // layer_norm_in
 #include "kernels/warp_cores.cuh"  // launch_core, launch_lanes_core
 
 namespace mixserve::cuda {
@@ -63,6 +65,10 @@ struct PushRingCore {
   }
 };
 
+// A layer's cores (its norm, the FIR sum or SHE's lag rows, the ring push), which share a sequence
+// kernel's run.
+using ExtractorCores = gemm_chain::CoreList<LayerNormCore, FirCore, LagRowCore, PushRingCore>;
+
 class CudaExtractor : public CudaPart {
  public:
   CudaExtractor(const ModelConfig& cfg, const LayerConfig& layer, DeviceWeights& dw,
@@ -89,14 +95,16 @@ class CudaExtractor : public CudaPart {
     }
   }
 
+  // SHE: gemm_lags' chunk sums, or a row of its lag matrix (gemm_lags_in).
   int64_t partial_floats_per_row() const override {
-    return kind_ == MixerKind::kShe ? int64_t{lag_chunks(window_ * d_)} * d_ : 0;
+    const int64_t K = int64_t{window_} * d_;
+    return kind_ == MixerKind::kShe ? std::max(int64_t{lag_chunks(window_ * d_)} * d_, K) : 0;
   }
 
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
     float* xn = st.s.xn;
-    layer_norm(st.stream, st.x, rows, d, st.norm, xn);
+    layer_norm_in<ExtractorCores>(st.stream, st.x, rows, d, st.norm, xn);
     const float* src = xn;
     if (!inp_.empty()) {  // HE's ring holds u = x·W_inᵀ
       gemm(st.stream, rows_of(xn, d), inp_, rows, to(st.s.proj, d));
@@ -105,16 +113,17 @@ class CudaExtractor : public CudaPart {
     float* ext = st.s.mixed;
     const int64_t items = int64_t{rows} * d;  // (row, channel)
     if (kind_ == MixerKind::kShe) {
-      gemm_lags(st.stream, LagIn{st.batch, st.pages, src, d, window_}, ext_matrix_, rows,
-                to(ext, d), st.s.partial);
+      gemm_lags_in<ExtractorCores>(st.stream, LagIn{st.batch, st.pages, src, d, window_},
+                                   ext_matrix_, rows, to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
-      launch_lanes_core(st.stream,
-                        FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
-                        items, warp_cores_);
+      launch_lanes_core<ExtractorCores>(
+          st.stream, FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
+          items, warp_cores_);
     }
     // After every row has read the ring (a barrier or a kernel boundary between the two).
-    launch_core(st.stream, PushRingCore{st.batch, st.pages, src, d, window_}, items);
+    launch_core<ExtractorCores>(st.stream, PushRingCore{st.batch, st.pages, src, d, window_},
+                                items);
     if (kind_ == MixerKind::kMe) return;
     if (out_.empty()) {
       gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));

@@ -1,11 +1,11 @@
 // RWKV-4's time mix on the GPU (Hugging Face's RwkvSelfAttention, docs/mixers.md): the token
 // shift, the r/k/v projections, the WKV recurrence with the stable (aa, bb, pp) state — one thread
-// per (sequence, channel), tokens in order — and the output projection. token_shift() also
+// per (sequence, channel), tokens in order — and the output projection. norm_and_shift() also
 // serves the channel-mix FFN (ffn.cu).
 #include <cmath>
 
 #include "kernels/cuda_part.cuh"
-#include "kernels/gemm_chain.cuh"  // launch_core
+#include "kernels/layer_norm.cuh"  // layer_norm_in, launch_core
 #include "kernels/rwkv_shift.cuh"
 
 namespace mixserve::cuda {
@@ -76,6 +76,9 @@ struct WkvCore {
   }
 };
 
+// The cores of a layer (the time mix's and the channel mix's), which share a sequence kernel's run.
+using RwkvCores = gemm_chain::CoreList<LayerNormCore, TokenShiftCore, WkvCore>;
+
 class CudaRwkv : public CudaPart {
  public:
   CudaRwkv(const ModelConfig& cfg, const LayerConfig&, DeviceWeights& dw, const WeightSource& w,
@@ -98,16 +101,15 @@ class CudaRwkv : public CudaPart {
   void forward(const PartStep& st) override {
     const int rows = st.rows, d = d_;
     const int64_t plane = static_cast<int64_t>(rows) * d;
-    float* xn = st.s.xn;
-    layer_norm(st.stream, st.x, rows, d, st.norm, xn);
     float *xk = st.s.proj, *xv = xk + plane, *xr = xv + plane;
-    token_shift(st, xn, 0, {3, {mix_k_, mix_v_, mix_r_}, {xk, xv, xr}});
+    norm_and_shift(st, 0, {3, {mix_k_, mix_v_, mix_r_}, {xk, xv, xr}});
     float *k = st.s.hidden, *v = k + plane, *r = v + plane;
     gemm(st.stream, rows_of(xk, d), key_, rows, to(k, d));
     gemm(st.stream, rows_of(xv, d), value_, rows, to(v, d));
     gemm(st.stream, rows_of(xr, d), receptance_, rows, to(r, d));
-    launch_core(st.stream, WkvCore{st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed},
-                int64_t{st.batch.n_seq} * d);
+    launch_core<RwkvCores>(st.stream,
+                           WkvCore{st.batch, st.pages, k, v, r, first_, decay_, d, st.s.mixed},
+                           int64_t{st.batch.n_seq} * d);
     gemm(st.stream, rows_of(st.s.mixed, d), output_, rows, to(st.x, d, Epi::kAdd));
   }
 
@@ -119,10 +121,11 @@ class CudaRwkv : public CudaPart {
 
 }  // namespace
 
-void token_shift(const PartStep& st, const float* xn, int64_t state_offset,
-                 const ShiftMixes& mixes) {
-  launch_core(st.stream, TokenShiftCore{st.batch, st.pages, xn, st.d, state_offset, mixes},
-              int64_t{st.batch.n_seq} * st.d);
+void norm_and_shift(const PartStep& st, int64_t state_offset, const ShiftMixes& mixes) {
+  layer_norm_in<RwkvCores>(st.stream, st.x, st.rows, st.d, st.norm, st.s.xn);
+  launch_core<RwkvCores>(st.stream,
+                         TokenShiftCore{st.batch, st.pages, st.s.xn, st.d, state_offset, mixes},
+                         int64_t{st.batch.n_seq} * st.d);
 }
 
 std::unique_ptr<CudaPart> make_cuda_rwkv(const ModelConfig& cfg, const LayerConfig& layer,
