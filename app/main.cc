@@ -2,8 +2,8 @@
 #include <cstring>
 #include <iostream>
 
-#include "cli/flags.h"
 #include "app/commands.h"
+#include "cli/flags.h"
 
 namespace {
 const char* kUsage =

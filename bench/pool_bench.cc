@@ -7,18 +7,18 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 
-#include <nlohmann/json.hpp>
-
+#include "app/backend_select.h"
 #include "bench/bench_args.h"
 #include "engine/engine.h"
-#include "app/backend_select.h"
 
 namespace mixserve {
 namespace {
 
-double run_one(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, Usage* usage = nullptr) {
+double run_one(Engine& e, const std::vector<int32_t>& prompt, int max_tokens,
+               Usage* usage = nullptr) {
   GenerateParams p;
   p.prompt = prompt;
   p.max_tokens = max_tokens;
@@ -58,13 +58,15 @@ int main(int argc, char** argv) {
     return err.empty() && a.help_requested() ? 0 : 2;
   }
   LoadedModel model = load_model_dir(a.str("model"));
-  const int n = static_cast<int>(a.integer("prompt-tokens")), reps = static_cast<int>(a.integer("repeats"));
+  const int n = static_cast<int>(a.integer("prompt-tokens")),
+            reps = static_cast<int>(a.integer("repeats"));
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> tok(0, static_cast<int>(model.config.vocab_size) - 1);
   std::vector<int32_t> prompt(n);
   for (auto& t : prompt) t = tok(rng);
   BackendChoice choice{"cpu", int64_t{1} << 30, 0, static_cast<int>(a.integer("threads"))};
-  nlohmann::json out = {{"benchmark", "pool-and-prefix-cache"}, {"model", a.str("model")}, {"prompt_tokens", n}};
+  nlohmann::json out = {
+      {"benchmark", "pool-and-prefix-cache"}, {"model", a.str("model")}, {"prompt_tokens", n}};
   {  // 1. TTFT with and without the prefix cache
     EngineOptions no_cache;
     no_cache.cache_entries = 0;
@@ -83,7 +85,9 @@ int main(int argc, char** argv) {
     out["cached_tokens"] = usage.cached_tokens;
     // a conversation turn: the prompt plus 64 new tokens
     auto extended = prompt;
-    for (int i = 0; i < 64 && static_cast<int64_t>(extended.size()) + 2 < model.config.max_seq_len; ++i) extended.push_back(tok(rng));
+    for (int i = 0; i < 64 && static_cast<int64_t>(extended.size()) + 2 < model.config.max_seq_len;
+         ++i)
+      extended.push_back(tok(rng));
     out["turn_ttft_ms_without_cache"] = run_one(plain, extended, 1) * 1e3;
     out["turn_ttft_ms_with_cache"] = run_one(cached, extended, 1) * 1e3;
   }
@@ -91,7 +95,8 @@ int main(int argc, char** argv) {
     EngineOptions opts;
     opts.cache_entries = 0;  // live state of running requests only
     Engine e(model, make_backend(model, choice), opts);
-    std::uniform_int_distribution<int> plen(16, std::min<int>(400, static_cast<int>(model.config.max_seq_len) / 2));
+    std::uniform_int_distribution<int> plen(
+        16, std::min<int>(400, static_cast<int>(model.config.max_seq_len) / 2));
     std::uniform_int_distribution<int> olen(8, 96);
     const int requests = static_cast<int>(a.integer("requests"));
     int submitted = 0, finished = 0;

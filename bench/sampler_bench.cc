@@ -38,7 +38,8 @@ SamplingParams params(int c) {
 }
 
 const char* case_name(int c) {
-  static const char* names[] = {"greedy", "T=1", "T=1,top_p=0.9", "T=0.7,top_k=50", "T=1,logprobs=5"};
+  static const char* names[] = {"greedy", "T=1", "T=1,top_p=0.9", "T=0.7,top_k=50",
+                                "T=1,logprobs=5"};
   return names[c];
 }
 
@@ -47,10 +48,13 @@ void BM_SampleRow(benchmark::State& state) {
   const auto z = logits(vocab);
   const SamplingParams p = params(c);
   uint64_t step = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(sample_token(z.data(), vocab, p, {}, step++, c == kLogprobs));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(sample_token(z.data(), vocab, p, {}, step++, c == kLogprobs));
   state.SetLabel(case_name(c));
 }
-BENCHMARK(BM_SampleRow)->ArgsProduct({{5000, 50257}, {kGreedy, kTemperature, kTopP, kTopK, kLogprobs}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SampleRow)
+    ->ArgsProduct({{5000, 50257}, {kGreedy, kTemperature, kTopP, kTopK, kLogprobs}})
+    ->Unit(benchmark::kMicrosecond);
 
 // 64 rows of one step, on a pool of `threads` (1: the calling thread alone).
 void BM_SampleStep64(benchmark::State& state) {
@@ -62,14 +66,18 @@ void BM_SampleStep64(benchmark::State& state) {
   uint64_t step = 0;
   for (auto _ : state) {
     pool.parallel_for(64, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = sample_token(z.data(), vocab, p, {}, step + i, false);
+      for (int64_t i = begin; i < end; ++i)
+        out[i] = sample_token(z.data(), vocab, p, {}, step + i, false);
     });
     step += 64;
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel("T=1,top_p=0.9");
 }
-BENCHMARK(BM_SampleStep64)->ArgsProduct({{5000}, {1, 2}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_SampleStep64)
+    ->ArgsProduct({{5000}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace mixserve

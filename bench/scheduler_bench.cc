@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     std::cout << (err.empty() ? "" : "error: " + err + "\n") << a.help();
     return err.empty() ? 0 : 2;
   }
-  const int running = static_cast<int>(a.integer("running")), steps = static_cast<int>(a.integer("steps"));
+  const int running = static_cast<int>(a.integer("running")),
+            steps = static_cast<int>(a.integer("steps"));
   LoadedModel model;
   model.id = "sched-bench";
   ModelConfig& c = model.config;
@@ -46,8 +47,8 @@ int main(int argc, char** argv) {
   c.n_layers = 18;
   c.ffn_dim = 512;
   c.max_seq_len = 1 << 20;
-  const MixerKind kinds[] = {MixerKind::kAttention, MixerKind::kShe, MixerKind::kRetnet, MixerKind::kAftLocal,
-                             MixerKind::kRwkv, MixerKind::kPerformer};
+  const MixerKind kinds[] = {MixerKind::kAttention, MixerKind::kShe,  MixerKind::kRetnet,
+                             MixerKind::kAftLocal,  MixerKind::kRwkv, MixerKind::kPerformer};
   for (int l = 0; l < c.n_layers; ++l) {
     LayerConfig layer;
     layer.kind = kinds[l % 6];

@@ -21,9 +21,9 @@ struct SequenceState;
 namespace mixserve {
 
 struct ForwardBatch {
-  std::vector<int32_t> tokens;     // every row, sequence after sequence
-  std::vector<int32_t> row_start;  // [n_seq + 1] offsets into tokens
-  std::vector<int32_t> pos0;       // [n_seq] position of each sequence's first row
+  std::vector<int32_t> tokens;               // every row, sequence after sequence
+  std::vector<int32_t> row_start;            // [n_seq + 1] offsets into tokens
+  std::vector<int32_t> pos0;                 // [n_seq] position of each sequence's first row
   std::vector<const SequenceState*> states;  // [n_seq] whose pages cover pos0 + rows
   bool all_logits = false;  // logits for every row, not only each sequence's last row
 

@@ -10,8 +10,9 @@ uint64_t PrefixCache::extend_hash(uint64_t h, int32_t token) {
   return (h ^ static_cast<uint32_t>(token)) * 1099511628211ull;
 }
 
-std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vector<int32_t>& tokens, int64_t max_len,
-                                                                int64_t min_len, const std::string& session) {
+std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vector<int32_t>& tokens,
+                                                                int64_t max_len, int64_t min_len,
+                                                                const std::string& session) {
   const int64_t limit = std::min<int64_t>(max_len, static_cast<int64_t>(tokens.size()));
   std::vector<uint64_t>& hashes = hashes_;  // reused: find runs for every admission and finish
   hashes.resize(limit + 1);
@@ -24,7 +25,8 @@ std::optional<PrefixCache::Entries::iterator> PrefixCache::find(const std::vecto
     std::optional<Entries::iterator> best;
     by_hash_.for_each(hashes[n], [&](Entries::iterator it) {
       const CacheEntry& e = **it;
-      if (static_cast<int64_t>(e.tokens.size()) != n || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
+      if (static_cast<int64_t>(e.tokens.size()) != n ||
+          !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
         return;
       if (!best || (!session.empty() && e.session == session)) best = it;
     });
@@ -41,7 +43,8 @@ std::optional<PrefixCache::Entries::iterator> PrefixCache::position(const CacheE
   return found;
 }
 
-CacheEntry* PrefixCache::lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session) {
+CacheEntry* PrefixCache::lookup(const std::vector<int32_t>& tokens, int64_t max_len,
+                                const std::string& session) {
   auto it = find(tokens, max_len, 1, session);
   if (!it) {
     ++stats_.misses;
@@ -80,8 +83,10 @@ bool PrefixCache::copy_state(SequenceState& from, int64_t n, int64_t capacity_to
     dst.reserve(need);
     fresh_pages.clear();
     int64_t fresh_here = 0;
-    for (int64_t i = 0; i < need; ++i) fresh_here += !(i < static_cast<int64_t>(src.size()) && shareable(l, i));
-    alloc_.pool().allocate(static_cast<int32_t>(fresh_here), fresh_pages);  // one bulk take per layer
+    for (int64_t i = 0; i < need; ++i)
+      fresh_here += !(i < static_cast<int64_t>(src.size()) && shareable(l, i));
+    alloc_.pool().allocate(static_cast<int32_t>(fresh_here),
+                           fresh_pages);  // one bulk take per layer
     size_t next_fresh = 0;
     for (int64_t i = 0; i < need; ++i) {
       if (i < static_cast<int64_t>(src.size()) && shareable(l, i)) {
@@ -117,8 +122,8 @@ void PrefixCache::snapshot(const std::vector<int32_t>& tokens, int64_t n, Sequen
   if (logits && (**it)->logits.empty()) (**it)->logits.assign(logits, logits + vocab);
 }
 
-void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, const std::string& session,
-                        Clock::time_point expires) {
+void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state,
+                        const std::string& session, Clock::time_point expires) {
   if (max_entries_ <= 0 || tokens.empty()) {
     alloc_.retire(state);
     return;
@@ -127,7 +132,8 @@ void PrefixCache::adopt(std::vector<int32_t> tokens, SequenceState&& state, cons
     if (auto old = by_session_.find(session); old != by_session_.end()) remove(old->second);
   // The same tokens cached already (e.g. a prompt's snapshot, then the finished request that
   // generated one token): keep that entry — the states are equal — and its logits.
-  auto same = find(tokens, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), "");
+  auto same =
+      find(tokens, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), "");
   const uint64_t hash = hashes_[tokens.size()];  // find() hashed every prefix of tokens
   if (same && (**same)->session.empty()) {
     alloc_.retire(state);
@@ -223,7 +229,8 @@ void PrefixCache::touch(Entries::iterator it) {
 
 bool PrefixCache::evict_one() {
   std::optional<Entries::iterator> it;
-  if (!expiry_.empty() && expiry_.begin()->first <= Clock::now()) it = position(expiry_.begin()->second);
+  if (!expiry_.empty() && expiry_.begin()->first <= Clock::now())
+    it = position(expiry_.begin()->second);
   if (!it && !plain_.empty()) it = std::prev(plain_.end());
   if (!it && !sessions_.empty()) it = std::prev(sessions_.end());
   if (!it) return false;

@@ -17,8 +17,8 @@
 #include <functional>
 #include <list>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,8 +31,8 @@ namespace mixserve {
 struct CacheEntry {
   std::vector<int32_t> tokens;  // the tokens the state covers (n = tokens.size())
   SequenceState state;
-  std::vector<float> logits;    // logits after the last token, when kept (skip even that token)
-  std::string session;          // pinned under this id until `expires`
+  std::vector<float> logits;  // logits after the last token, when kept (skip even that token)
+  std::string session;        // pinned under this id until `expires`
   Clock::time_point expires;
   Clock::time_point last_used;  // a session's: when its turn ended (GET /v1/sessions)
   uint64_t hash = 0;
@@ -52,7 +52,8 @@ class PrefixCache {
 
   // The entry covering the longest prefix of tokens (at most max_len of them), or null.
   // A session entry of `session` is preferred when it matches.
-  CacheEntry* lookup(const std::vector<int32_t>& tokens, int64_t max_len, const std::string& session = "");
+  CacheEntry* lookup(const std::vector<int32_t>& tokens, int64_t max_len,
+                     const std::string& session = "");
   // Copies the first n tokens' state of a live sequence into a new entry (fails quietly when the
   // pool is short). logits (vocab floats) may be null.
   void snapshot(const std::vector<int32_t>& tokens, int64_t n, SequenceState& state,
@@ -88,13 +89,14 @@ class PrefixCache {
   void remove(Entries::iterator it);
   void touch(Entries::iterator it);
   Entries::iterator insert(std::unique_ptr<CacheEntry> e);
-  void pin(Entries::iterator it, const std::string& session, Clock::time_point expires);  // make it a session
+  void pin(Entries::iterator it, const std::string& session,
+           Clock::time_point expires);                             // make it a session
   std::optional<Entries::iterator> position(const CacheEntry* e);  // by its hash
   static uint64_t extend_hash(uint64_t h, int32_t token);
   static constexpr uint64_t kHashSeed = 14695981039346656037ull;
   // The entry covering the longest prefix of tokens with min_len ≤ n ≤ max_len.
-  std::optional<Entries::iterator> find(const std::vector<int32_t>& tokens, int64_t max_len, int64_t min_len,
-                                        const std::string& session);
+  std::optional<Entries::iterator> find(const std::vector<int32_t>& tokens, int64_t max_len,
+                                        int64_t min_len, const std::string& session);
 
   StateAllocator& alloc_;
   int max_entries_;

@@ -19,9 +19,11 @@ class TextGenerationService final : public v1::TextGeneration::CallbackService {
                                                            const v1::GenerateRequest* req) override;
   grpc::ServerWriteReactor<v1::GenerateResponse>* Chat(grpc::CallbackServerContext* ctx,
                                                        const v1::ChatRequest* req) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* req,
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const v1::TokenizeRequest* req,
                                      v1::TokenizeResponse* res) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest* req,
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const v1::ListModelsRequest* req,
                                        v1::ListModelsResponse* res) override;
 
  private:

@@ -10,11 +10,15 @@
 #include <utility>  // before Boost 1.74: its asio/awaitable.hpp uses std::exchange unincluded
 #include <variant>
 
+// After <utility> (above), which Boost 1.74's asio/awaitable.hpp needs but does not include: kept
+// out of clang-format's include sorting, which would put boost/ first.
+// clang-format off
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+// clang-format on
 
 namespace mixserve {
 
@@ -25,19 +29,32 @@ using tcp = net::ip::tcp;
 
 const char* http_status_text(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "";
   }
 }
 
@@ -88,7 +105,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
                std::vector<std::pair<std::string, std::string>> headers) {
     if (serial != serial_ || responding_) return;
     responding_ = true;
-    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+    auto res =
+        std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     res->set(http::field::server, "mixserve");
     res->set(http::field::content_type, type);
     for (auto& [k, v] : extra_headers_) res->set(k, v);
@@ -102,7 +120,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   void start_stream(uint64_t serial, int status, const std::string& type) {
     if (serial != serial_ || responding_) return;
     responding_ = true;
-    stream_res_ = std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(status), 11);
+    stream_res_ =
+        std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(status), 11);
     stream_res_->set(http::field::server, "mixserve");
     stream_res_->set(http::field::content_type, type);
     stream_res_->set(http::field::cache_control, "no-cache");
@@ -114,11 +133,13 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     pump();
   }
   void add_header(uint64_t serial, std::string name, std::string value) {
-    if (serial == serial_ && !responding_) extra_headers_.emplace_back(std::move(name), std::move(value));
+    if (serial == serial_ && !responding_)
+      extra_headers_.emplace_back(std::move(name), std::move(value));
   }
   void send(uint64_t serial, std::string chunk) {
     if (serial != serial_ || !stream_res_ || chunk.empty()) return;
-    queue_.push_back(Write{nullptr, nullptr, std::make_shared<std::string>(std::move(chunk)), false, serial});
+    queue_.push_back(
+        Write{nullptr, nullptr, std::make_shared<std::string>(std::move(chunk)), false, serial});
     pump();
   }
   void finish(uint64_t serial) {
@@ -165,8 +186,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     parser_->header_limit(static_cast<uint32_t>(opts_.max_header_bytes));
     beast::get_lowest_layer(stream_).expires_never();
     arm_read_timer(opts_.header_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
   // Transport errors answer in the API's error shape and close the connection.
@@ -213,10 +235,15 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 
   void on_header(beast::error_code ec) {
     if (read_timed_out(ec)) return fail(408, "the request headers did not arrive in time");
-    if (ec == http::error::header_limit) return fail(431, "the request headers are larger than " + std::to_string(opts_.max_header_bytes) + " bytes");
-    if (ec == http::error::body_limit) return fail(413, "the request body is larger than the limit of " + std::to_string(opts_.max_body_bytes) + " bytes");
+    if (ec == http::error::header_limit)
+      return fail(431, "the request headers are larger than " +
+                           std::to_string(opts_.max_header_bytes) + " bytes");
+    if (ec == http::error::body_limit)
+      return fail(413, "the request body is larger than the limit of " +
+                           std::to_string(opts_.max_body_bytes) + " bytes");
     if (ec) {
-      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::operation_aborted)
+      if (ec == http::error::end_of_stream || ec == net::error::eof ||
+          ec == net::error::connection_reset || ec == net::error::operation_aborted)
         return close();
       return fail(400, std::string("malformed HTTP request: ") + ec.message());
     }
@@ -225,15 +252,20 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     if (parser_->get().count(http::field::transfer_encoding) && !parser_->chunked())
       return fail(400, "malformed HTTP request: unsupported Transfer-Encoding (only chunked)");
     arm_read_timer(opts_.body_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
     if (read_timed_out(ec)) return fail(408, "the request body did not arrive in time");
-    if (ec == http::error::body_limit) return fail(413, "the request body is larger than the limit of " + std::to_string(opts_.max_body_bytes) + " bytes");
+    if (ec == http::error::body_limit)
+      return fail(413, "the request body is larger than the limit of " +
+                           std::to_string(opts_.max_body_bytes) + " bytes");
     if (ec) {
-      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset) return close();
+      if (ec == http::error::end_of_stream || ec == net::error::eof ||
+          ec == net::error::connection_reset)
+        return close();
       return fail(400, std::string("malformed HTTP request: ") + ec.message());
     }
     beast::get_lowest_layer(stream_).expires_never();
@@ -271,7 +303,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     try {
       handler_(req, ex);
     } catch (const std::exception& e) {  // a handler bug must not take the I/O thread down
-      ex->respond(500, "application/json", error_body_(500, std::string("internal error: ") + e.what()));
+      ex->respond(500, "application/json",
+                  error_body_(500, std::string("internal error: ") + e.what()));
     }
   }
 
@@ -280,15 +313,18 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   void watch() {
     if (watching_ || closed_) return;
     watching_ = true;
-    stream_.async_read_some(buffer_.prepare(4096), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
-      self->watching_ = false;
-      if (ec) return self->close();
-      self->buffer_.commit(n);
-      // The next request has begun. While a response is pending, stop reading: response_complete()
-      // parses it, and TCP flow control bounds what the client can push in the meantime (reading
-      // on would buffer without limit, and leave this read pending over the buffered request).
-      if (self->response_done_) self->read_header();
-    });
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                              self->watching_ = false;
+                              if (ec) return self->close();
+                              self->buffer_.commit(n);
+                              // The next request has begun. While a response is pending, stop
+                              // reading: response_complete() parses it, and TCP flow control bounds
+                              // what the client can push in the meantime (reading on would buffer
+                              // without limit, and leave this read pending over the buffered
+                              // request).
+                              if (self->response_done_) self->read_header();
+                            });
   }
 
   std::shared_ptr<HttpExchange> make_exchange();
@@ -302,7 +338,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     write_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->close();  // the client stopped reading
     });
-    auto done = [self = this->shared_from_this(), last = w.last || w.whole != nullptr](beast::error_code ec, size_t) {
+    auto done = [self = this->shared_from_this(), last = w.last || w.whole != nullptr](
+                    beast::error_code ec, size_t) {
       self->write_timer_.cancel();
       self->writing_ = false;
       if (ec) return self->close();
@@ -310,12 +347,15 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
       self->pump();
     };
     if (w.whole) {
-      http::async_write(stream_, *w.whole, [w, done](beast::error_code ec, size_t n) { done(ec, n); });
+      http::async_write(stream_, *w.whole,
+                        [w, done](beast::error_code ec, size_t n) { done(ec, n); });
     } else if (w.header) {
       auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*w.header);
-      http::async_write_header(stream_, *sr, [w, sr, done](beast::error_code ec, size_t n) { done(ec, n); });
+      http::async_write_header(stream_, *sr,
+                               [w, sr, done](beast::error_code ec, size_t n) { done(ec, n); });
     } else if (w.chunk) {
-      net::async_write(stream_, http::make_chunk(net::buffer(*w.chunk)), [w, done](beast::error_code ec, size_t n) { done(ec, n); });
+      net::async_write(stream_, http::make_chunk(net::buffer(*w.chunk)),
+                       [w, done](beast::error_code ec, size_t n) { done(ec, n); });
     } else {
       net::async_write(stream_, http::make_chunk_last(), done);
     }
@@ -395,30 +435,37 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 template <typename Stream>
 class Exchange : public HttpExchange {
  public:
-  Exchange(std::shared_ptr<Session<Stream>> s, uint64_t serial) : s_(std::move(s)), serial_(serial) {}
+  Exchange(std::shared_ptr<Session<Stream>> s, uint64_t serial)
+      : s_(std::move(s)), serial_(serial) {}
   void respond(int status, const std::string& type, std::string body,
                std::vector<std::pair<std::string, std::string>> headers) override {
-    net::post(s_->executor(), [s = s_, n = serial_, status, type, body = std::move(body), headers = std::move(headers)]() mutable {
+    net::post(s_->executor(), [s = s_, n = serial_, status, type, body = std::move(body),
+                               headers = std::move(headers)]() mutable {
       s->respond(n, status, type, std::move(body), std::move(headers));
     });
   }
   void start_stream(int status, const std::string& type) override {
-    net::post(s_->executor(), [s = s_, n = serial_, status, type] { s->start_stream(n, status, type); });
+    net::post(s_->executor(),
+              [s = s_, n = serial_, status, type] { s->start_stream(n, status, type); });
   }
   void add_header(std::string name, std::string value) override {
-    net::post(s_->executor(), [s = s_, n = serial_, k = std::move(name), v = std::move(value)]() mutable {
-      s->add_header(n, std::move(k), std::move(v));
-    });
+    net::post(s_->executor(),
+              [s = s_, n = serial_, k = std::move(name), v = std::move(value)]() mutable {
+                s->add_header(n, std::move(k), std::move(v));
+              });
   }
   void send(std::string chunk) override {
-    net::post(s_->executor(), [s = s_, n = serial_, c = std::move(chunk)]() mutable { s->send(n, std::move(c)); });
+    net::post(s_->executor(),
+              [s = s_, n = serial_, c = std::move(chunk)]() mutable { s->send(n, std::move(c)); });
   }
   void finish() override {
     net::post(s_->executor(), [s = s_, n = serial_] { s->finish(n); });
   }
   void post(std::function<void()> fn) override { net::post(s_->executor(), std::move(fn)); }
   void on_client_gone(std::function<void()> fn) override {
-    net::post(s_->executor(), [s = s_, n = serial_, fn = std::move(fn)]() mutable { s->on_gone(n, std::move(fn)); });
+    net::post(s_->executor(), [s = s_, n = serial_, fn = std::move(fn)]() mutable {
+      s->on_gone(n, std::move(fn));
+    });
   }
 
  private:
@@ -501,14 +548,17 @@ HttpServer::HttpServer(HttpServerOptions opts, HttpHandler handler, HttpErrorBod
   impl_->error_body = std::move(error_body);
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 void HttpServer::start() {
   Impl& m = *impl_;
   if (!m.opts.tls_cert_file.empty() || !m.opts.tls_key_file.empty()) {
     m.ssl.emplace(net::ssl::context::tls_server);
     m.ssl->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                       net::ssl::context::no_tlsv1_1);
     m.ssl->use_certificate_chain_file(m.opts.tls_cert_file);
     m.ssl->use_private_key_file(m.opts.tls_key_file, net::ssl::context::pem);
   }
@@ -520,7 +570,8 @@ void HttpServer::start() {
   m.acceptor.listen(net::socket_base::max_listen_connections);
   m.bound_port = m.acceptor.local_endpoint().port();
   m.accept();
-  for (int i = 0; i < std::max(1, m.opts.threads); ++i) m.threads.emplace_back([&m] { m.ioc.run(); });
+  for (int i = 0; i < std::max(1, m.opts.threads); ++i)
+    m.threads.emplace_back([&m] { m.ioc.run(); });
 }
 
 bool HttpServer::drain(std::chrono::steady_clock::time_point until) {
@@ -551,7 +602,11 @@ void HttpServer::stop() {
   for (const auto& s : live) s->close();
 }
 
-int HttpServer::port() const { return impl_->bound_port; }
-bool HttpServer::tls() const { return impl_->ssl.has_value(); }
+int HttpServer::port() const {
+  return impl_->bound_port;
+}
+bool HttpServer::tls() const {
+  return impl_->ssl.has_value();
+}
 
 }  // namespace mixserve

@@ -12,37 +12,48 @@ using prometheus::Histogram;
 
 // vLLM's buckets, with sub-millisecond ones added below: a CPU or GPU decode step of a small model
 // takes tens of microseconds to a few milliseconds.
-const Histogram::BucketBoundaries kTtft = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
-                                           0.5,    0.75,  1.0,    2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
-const Histogram::BucketBoundaries kItl = {0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.0075,
-                                          0.01,    0.025,  0.05,    0.075,  0.1,     0.15,  0.2,    0.3,   0.4,
-                                          0.5,     0.75,   1.0,     2.5,    5.0,     7.5,   10.0};
-const Histogram::BucketBoundaries kE2e = {0.005, 0.01, 0.025, 0.05, 0.1, 0.3,  0.5,  0.8,  1.0,  1.5,  2.0, 2.5,
-                                          5.0,   10.0, 15.0,  20.0, 30.0, 40.0, 50.0, 60.0, 120., 240., 480.};
-const Histogram::BucketBoundaries kStep = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                           0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1.0};
-const Histogram::BucketBoundaries kMixer = {0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001,
-                                            0.00025,  0.0005,    0.001,    0.0025,  0.005,    0.01,    0.025, 0.1};
+const Histogram::BucketBoundaries kTtft = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
+                                           0.06,   0.08,  0.1,    0.25,  0.5,  0.75, 1.0,
+                                           2.5,    5.0,   7.5,    10.0,  20.0, 40.0, 80.0};
+const Histogram::BucketBoundaries kItl = {0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025,
+                                          0.005,   0.0075, 0.01,    0.025,  0.05,    0.075, 0.1,
+                                          0.15,    0.2,    0.3,     0.4,    0.5,     0.75,  1.0,
+                                          2.5,     5.0,    7.5,     10.0};
+const Histogram::BucketBoundaries kE2e = {0.005, 0.01, 0.025, 0.05, 0.1,  0.3,  0.5,  0.8,
+                                          1.0,   1.5,  2.0,   2.5,  5.0,  10.0, 15.0, 20.0,
+                                          30.0,  40.0, 50.0,  60.0, 120., 240., 480.};
+const Histogram::BucketBoundaries kStep = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+                                           0.001,   0.0025,   0.005,   0.01,   0.025,   0.05,
+                                           0.1,     0.25,     0.5,     1.0};
+const Histogram::BucketBoundaries kMixer = {0.000001, 0.0000025, 0.000005, 0.00001, 0.000025,
+                                            0.00005,  0.0001,    0.00025,  0.0005,  0.001,
+                                            0.0025,   0.005,     0.01,     0.025,   0.1};
 const Histogram::BucketBoundaries kBatch = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-const Histogram::BucketBoundaries kTokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+const Histogram::BucketBoundaries kTokens = {1,   2,   4,   8,    16,   32,   64,
+                                             128, 256, 512, 1024, 2048, 4096, 8192};
 
 template <typename T>
 auto& family(prometheus::Registry& r, const std::string& name, const std::string& help) {
-  if constexpr (std::is_same_v<T, prometheus::Histogram>) return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
-  else if constexpr (std::is_same_v<T, prometheus::Counter>) return prometheus::BuildCounter().Name(name).Help(help).Register(r);
-  else return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+  if constexpr (std::is_same_v<T, prometheus::Histogram>)
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+  else if constexpr (std::is_same_v<T, prometheus::Counter>)
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  else
+    return prometheus::BuildGauge().Name(name).Help(help).Register(r);
 }
 }  // namespace
 
 struct Metrics::ModelSeries {
-  prometheus::Histogram *ttft, *itl, *e2e, *queue, *prefill_step, *decode_step, *batch, *prompt_len, *gen_len;
+  prometheus::Histogram *ttft, *itl, *e2e, *queue, *prefill_step, *decode_step, *batch, *prompt_len,
+      *gen_len;
   prometheus::Counter *prompt_tokens, *gen_tokens, *preemptions, *cache_hits, *cache_hit_tokens;
   prometheus::Gauge *running, *waiting, *max_running, *max_queue, *pages_used, *pages_total,
       *pages_constant, *pages_ring, *pages_kv, *efficiency, *sessions, *cache_entries;
   std::map<std::string, prometheus::Counter*> finished;  // by finish reason
-  std::vector<prometheus::Histogram*> mixer_step;         // per layer
-  std::vector<std::array<prometheus::Counter*, 4>> ops;   // per layer: mul, add, div, exp
-  std::vector<std::vector<std::array<int64_t, 4>>> cost;  // [layer][t] analytic ops of one token at position t
+  std::vector<prometheus::Histogram*> mixer_step;        // per layer
+  std::vector<std::array<prometheus::Counter*, 4>> ops;  // per layer: mul, add, div, exp
+  std::vector<std::vector<std::array<int64_t, 4>>>
+      cost;  // [layer][t] analytic ops of one token at position t
   uint64_t seen_preemptions = 0, seen_hits = 0, seen_hit_tokens = 0;
 };
 
@@ -114,7 +125,8 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-std::function<void(const StepReport&)> Metrics::add_model(const std::string& model, const ModelConfig& cfg,
+std::function<void(const StepReport&)> Metrics::add_model(const std::string& model,
+                                                          const ModelConfig& cfg,
                                                           const std::vector<std::string>& mixers) {
   auto s = std::make_unique<ModelSeries>();
   const prometheus::Labels m{{"model", model}};
@@ -147,7 +159,8 @@ std::function<void(const StepReport&)> Metrics::add_model(const std::string& mod
   for (const char* reason : {"stop", "length", "cancelled", "deadline", "error"})
     s->finished[reason] = &requests_.Add({{"model", model}, {"finish_reason", reason}});
   for (int l = 0; l < cfg.n_layers; ++l) {
-    const prometheus::Labels lm{{"model", model}, {"mixer", mixers[l]}, {"layer", std::to_string(l)}};
+    const prometheus::Labels lm{
+        {"model", model}, {"mixer", mixers[l]}, {"layer", std::to_string(l)}};
     s->mixer_step.push_back(&mixer_step_.Add(lm, kMixer));
     std::array<prometheus::Counter*, 4> ops{};
     const char* names[] = {"mul", "add", "div", "exp"};
@@ -243,9 +256,12 @@ std::string Metrics::render(const ModelHub& hub) {
     s.sessions->Set(st.cache.sessions);
     s.cache_entries->Set(st.cache.entries);
     std::lock_guard<std::mutex> lock(mu_);
-    s.preemptions->Increment(static_cast<double>(st.preemptions - std::min(st.preemptions, s.seen_preemptions)));
-    s.cache_hits->Increment(static_cast<double>(st.cache.hits - std::min(st.cache.hits, s.seen_hits)));
-    s.cache_hit_tokens->Increment(static_cast<double>(st.cache.hit_tokens - std::min(st.cache.hit_tokens, s.seen_hit_tokens)));
+    s.preemptions->Increment(
+        static_cast<double>(st.preemptions - std::min(st.preemptions, s.seen_preemptions)));
+    s.cache_hits->Increment(
+        static_cast<double>(st.cache.hits - std::min(st.cache.hits, s.seen_hits)));
+    s.cache_hit_tokens->Increment(static_cast<double>(
+        st.cache.hit_tokens - std::min(st.cache.hit_tokens, s.seen_hit_tokens)));
     s.seen_preemptions = std::max(s.seen_preemptions, st.preemptions);
     s.seen_hits = std::max(s.seen_hits, st.cache.hits);
     s.seen_hit_tokens = std::max(s.seen_hit_tokens, st.cache.hit_tokens);

@@ -1,11 +1,11 @@
 // CompletionClient over gRPC: one channel (one HTTP/2 connection) shared by every request, as a
 // real client would hold it; each completion is a server-streaming Generate call.
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-#include <grpcpp/grpcpp.h>
 
 #include "clients/common/completion.h"
 #include "mixserve/v1/generation.grpc.pb.h"
@@ -31,12 +31,18 @@ namespace {
 
 const char* finish_name(v1::FinishReason f) {
   switch (f) {
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_CANCELLED: return "cancelled";
-    case v1::FINISH_REASON_DEADLINE: return "deadline";
-    case v1::FINISH_REASON_ERROR: return "error";
-    default: return "";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    case v1::FINISH_REASON_DEADLINE:
+      return "deadline";
+    case v1::FINISH_REASON_ERROR:
+      return "error";
+    default:
+      return "";
   }
 }
 
@@ -110,7 +116,8 @@ class GrpcClient : public CompletionClient {
     stub_ = v1::TextGeneration::NewStub(channel_);
   }
 
-  CompletionResult complete(const CompletionRequest& req, const std::function<void(const StreamEvent&)>& on_event) override {
+  CompletionResult complete(const CompletionRequest& req,
+                            const std::function<void(const StreamEvent&)>& on_event) override {
     CompletionResult r;
     v1::GenerateRequest g;
     fill(g, req);
@@ -119,8 +126,9 @@ class GrpcClient : public CompletionClient {
     // The channel connects lazily; connect before the clock starts so that TTFT is the server's
     // answer time, not TCP + HTTP/2 (+ TLS) setup, as for any long-lived client.
     const double connect_s = ep_.timeout_s > 0 ? std::min(ep_.timeout_s, 5.0) : 5.0;
-    if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                    std::chrono::milliseconds(static_cast<int64_t>(connect_s * 1000)))) {
+    if (!channel_->WaitForConnected(
+            std::chrono::system_clock::now() +
+            std::chrono::milliseconds(static_cast<int64_t>(connect_s * 1000)))) {
       r.start = r.end = Clock::now();
       r.error = "grpc:UNAVAILABLE";
       r.error_message = "cannot connect to " + ep_.host + ":" + std::to_string(ep_.port) +
@@ -138,7 +146,8 @@ class GrpcClient : public CompletionClient {
       for (const auto& lp : res.logprobs()) e.logprobs.emplace_back(lp.token_id(), lp.logprob());
       record_event(r, e);
       if (on_event) on_event(e);
-      if (res.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) r.finish_reason = finish_name(res.finish_reason());
+      if (res.finish_reason() != v1::FINISH_REASON_UNSPECIFIED)
+        r.finish_reason = finish_name(res.finish_reason());
       if (res.has_usage()) {
         r.has_usage = true;
         r.prompt_tokens = res.usage().prompt_tokens();
@@ -167,17 +176,24 @@ class GrpcClient : public CompletionClient {
     prepare(ctx, 10);
     v1::ListModelsResponse res;
     const grpc::Status s = stub_->ListModels(&ctx, v1::ListModelsRequest(), &res);
-    if (!s.ok()) throw std::runtime_error("ListModels: " + status_name(s.error_code()) + ": " + s.error_message());
+    if (!s.ok())
+      throw std::runtime_error("ListModels: " + status_name(s.error_code()) + ": " +
+                               s.error_message());
     std::vector<ModelInfo> out;
     for (const auto& m : res.models()) {
-      ModelInfo info{m.id(), {m.mixers().begin(), m.mixers().end()}, m.context_length(), m.vocab_size(), m.backend(),
+      ModelInfo info{m.id(),
+                     {m.mixers().begin(), m.mixers().end()},
+                     m.context_length(),
+                     m.vocab_size(),
+                     m.backend(),
                      m.format()};
       out.push_back(std::move(info));
     }
     return out;
   }
 
-  std::optional<std::vector<int32_t>> tokenize(const std::string& model, const std::string& text) override {
+  std::optional<std::vector<int32_t>> tokenize(const std::string& model,
+                                               const std::string& text) override {
     grpc::ClientContext ctx;
     prepare(ctx, 10);
     v1::TokenizeRequest req;
@@ -185,7 +201,9 @@ class GrpcClient : public CompletionClient {
     req.set_text(text);
     v1::TokenizeResponse res;
     const grpc::Status s = stub_->Tokenize(&ctx, req, &res);
-    if (!s.ok()) throw std::runtime_error("Tokenize: " + status_name(s.error_code()) + ": " + s.error_message());
+    if (!s.ok())
+      throw std::runtime_error("Tokenize: " + status_name(s.error_code()) + ": " +
+                               s.error_message());
     return std::vector<int32_t>(res.token_ids().begin(), res.token_ids().end());
   }
 
@@ -194,7 +212,8 @@ class GrpcClient : public CompletionClient {
     if (!ep_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + ep_.api_key);
     const double t = ep_.timeout_s > 0 ? ep_.timeout_s : default_timeout_s;
     if (t > 0)
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(static_cast<int64_t>(t * 1e6)));
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::microseconds(static_cast<int64_t>(t * 1e6)));
   }
 
   Endpoint ep_;
@@ -204,6 +223,8 @@ class GrpcClient : public CompletionClient {
 
 }  // namespace
 
-std::unique_ptr<CompletionClient> make_grpc_client(const Endpoint& ep) { return std::make_unique<GrpcClient>(ep); }
+std::unique_ptr<CompletionClient> make_grpc_client(const Endpoint& ep) {
+  return std::make_unique<GrpcClient>(ep);
+}
 
 }  // namespace mixserve::client

@@ -1,7 +1,5 @@
 #include "clients/common/http.h"
 
-#include <limits>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -9,6 +7,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
+#include <limits>
 
 namespace mixserve::client {
 
@@ -43,8 +42,9 @@ void SseParser::feed(std::string_view bytes) {
 namespace {
 
 template <class Stream>
-HttpResponse exchange(Stream& stream, const Endpoint& ep, const std::string& method, const std::string& target,
-                      const std::string& body, const std::function<void(std::string_view)>& on_body) {
+HttpResponse exchange(Stream& stream, const Endpoint& ep, const std::string& method,
+                      const std::string& target, const std::string& body,
+                      const std::function<void(std::string_view)>& on_body) {
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   req.set(http::field::host, ep.host + ":" + std::to_string(ep.port));
   req.set(http::field::user_agent, "mixserve-client");
@@ -71,13 +71,16 @@ HttpResponse exchange(Stream& stream, const Endpoint& ep, const std::string& met
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
     beast::error_code ec;
-    http::read_some(stream, buffer, parser, ec);  // returns after each read: SSE events are not held
+    http::read_some(stream, buffer, parser,
+                    ec);  // returns after each read: SSE events are not held
     if (ec == http::error::need_buffer) ec = {};
     if (ec) throw beast::system_error(ec);
     const std::string_view got(chunk, sizeof chunk - parser.get().body().size);
     if (got.empty()) continue;
-    if (on_body && res.status == 200) on_body(got);
-    else res.body.append(got);
+    if (on_body && res.status == 200)
+      on_body(got);
+    else
+      res.body.append(got);
   }
   return res;
 }
@@ -85,7 +88,8 @@ HttpResponse exchange(Stream& stream, const Endpoint& ep, const std::string& met
 }  // namespace
 
 HttpResponse http_request(const Endpoint& ep, const std::string& method, const std::string& target,
-                          const std::string& body, const std::function<void(std::string_view)>& on_body) {
+                          const std::string& body,
+                          const std::function<void(std::string_view)>& on_body) {
   try {
     asio::io_context io;
     tcp::resolver resolver(io);
@@ -101,8 +105,10 @@ HttpResponse http_request(const Endpoint& ep, const std::string& method, const s
     }
     asio::ssl::context ctx(asio::ssl::context::tls_client);
     ctx.set_verify_mode(asio::ssl::verify_peer);
-    if (ep.ca_cert_file.empty()) ctx.set_default_verify_paths();
-    else ctx.load_verify_file(ep.ca_cert_file);
+    if (ep.ca_cert_file.empty())
+      ctx.set_default_verify_paths();
+    else
+      ctx.load_verify_file(ep.ca_cert_file);
     asio::ssl::stream<tcp::socket> stream(io, ctx);
     if (!SSL_set_tlsext_host_name(stream.native_handle(), ep.host.c_str()))
       throw std::runtime_error("cannot set TLS server name");

@@ -21,12 +21,14 @@ struct HttpResponse {
 // the response (an error's body is always collected).
 // Throws std::runtime_error on connection, TLS or protocol errors.
 HttpResponse http_request(const Endpoint& ep, const std::string& method, const std::string& target,
-                          const std::string& body, const std::function<void(std::string_view)>& on_body = {});
+                          const std::string& body,
+                          const std::function<void(std::string_view)>& on_body = {});
 
 // Splits a text/event-stream into events and hands each event's data (data lines joined by "\n").
 class SseParser {
  public:
-  explicit SseParser(std::function<void(const std::string&)> on_data) : on_data_(std::move(on_data)) {}
+  explicit SseParser(std::function<void(const std::string&)> on_data)
+      : on_data_(std::move(on_data)) {}
   void feed(std::string_view bytes);
 
  private:

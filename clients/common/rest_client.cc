@@ -1,8 +1,7 @@
 // CompletionClient over the OpenAI-compatible REST gateway: POST /v1/completions with
 // stream: true, read as server-sent events, usage from the final chunk (include_usage).
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "clients/common/completion.h"
 #include "clients/common/http.h"
@@ -16,8 +15,10 @@ namespace {
 json body_for(const CompletionRequest& req, const Endpoint& ep) {
   json b;
   if (!req.model.empty()) b["model"] = req.model;
-  if (!req.prompt_ids.empty()) b["prompt"] = req.prompt_ids;
-  else b["prompt"] = req.prompt;
+  if (!req.prompt_ids.empty())
+    b["prompt"] = req.prompt_ids;
+  else
+    b["prompt"] = req.prompt;
   const Sampling& s = req.sampling;
   if (s.max_tokens) b["max_tokens"] = *s.max_tokens;
   if (s.temperature) b["temperature"] = *s.temperature;
@@ -43,7 +44,8 @@ json body_for(const CompletionRequest& req, const Endpoint& ep) {
 // "message" of an OpenAI-shaped error body, or the body itself when it is not one.
 std::string error_message(const std::string& body) {
   const json j = json::parse(body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message"))
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message"))
     return j["error"]["message"].get<std::string>();
   return body;
 }
@@ -52,7 +54,8 @@ class RestClient : public CompletionClient {
  public:
   explicit RestClient(const Endpoint& ep) : ep_(ep) {}
 
-  CompletionResult complete(const CompletionRequest& req, const std::function<void(const StreamEvent&)>& on_event) override {
+  CompletionResult complete(const CompletionRequest& req,
+                            const std::function<void(const StreamEvent&)>& on_event) override {
     CompletionResult r;
     bool done = false;
     // With logprobs asked for, every chunk lists its tokens, so a chunk without them carries none.
@@ -62,7 +65,8 @@ class RestClient : public CompletionClient {
     r.start = Clock::now();
     try {
       const std::string body = body_for(req, ep_).dump();
-      res = http_request(ep_, "POST", "/v1/completions", body, [&](std::string_view bytes) { sse.feed(bytes); });
+      res = http_request(ep_, "POST", "/v1/completions", body,
+                         [&](std::string_view bytes) { sse.feed(bytes); });
     } catch (const std::exception& e) {
       r.end = Clock::now();
       r.error = "transport";
@@ -84,7 +88,8 @@ class RestClient : public CompletionClient {
   std::vector<ModelInfo> models() override {
     const HttpResponse res = http_request(ep_, "GET", "/v1/models", "");
     if (res.status != 200)
-      throw std::runtime_error("GET /v1/models: HTTP " + std::to_string(res.status) + ": " + error_message(res.body));
+      throw std::runtime_error("GET /v1/models: HTTP " + std::to_string(res.status) + ": " +
+                               error_message(res.body));
     std::vector<ModelInfo> out;
     const json list = json::parse(res.body);
     for (const auto& m : list.at("data")) {
@@ -100,7 +105,9 @@ class RestClient : public CompletionClient {
     return out;
   }
 
-  std::optional<std::vector<int32_t>> tokenize(const std::string&, const std::string&) override { return std::nullopt; }
+  std::optional<std::vector<int32_t>> tokenize(const std::string&, const std::string&) override {
+    return std::nullopt;
+  }
 
  private:
   // One SSE event's data: a completion chunk, the usage chunk, an error, or [DONE].
@@ -118,7 +125,8 @@ class RestClient : public CompletionClient {
     }
     if (j.contains("error")) {  // the server failed after the stream had started
       const json& e = j["error"];
-      r.error = "sse:" + (e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "error");
+      r.error = "sse:" + (e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>()
+                                                                      : "error");
       r.error_message = e.value("message", "");
       if (r.error == "sse:deadline_exceeded") r.finish_reason = "deadline";
       return;
@@ -139,7 +147,8 @@ class RestClient : public CompletionClient {
     if (c.contains("logprobs") && c["logprobs"].is_object()) {
       const json& lp = c["logprobs"];
       if (lp.contains("token_logprobs"))
-        for (const auto& v : lp["token_logprobs"]) e.logprobs.emplace_back(-1, v.is_number() ? v.get<float>() : 0.f);
+        for (const auto& v : lp["token_logprobs"])
+          e.logprobs.emplace_back(-1, v.is_number() ? v.get<float>() : 0.f);
       e.tokens = static_cast<int>(e.logprobs.size());
     } else if (!counted) {
       // Without logprobs a chunk does not say how many tokens it carries: count one per chunk
@@ -147,7 +156,8 @@ class RestClient : public CompletionClient {
       e.tokens = e.text.empty() ? 0 : 1;
       r.exact_token_events = false;
     }
-    if (c.contains("finish_reason") && c["finish_reason"].is_string()) r.finish_reason = c["finish_reason"];
+    if (c.contains("finish_reason") && c["finish_reason"].is_string())
+      r.finish_reason = c["finish_reason"];
     record_event(r, e);
     if (on_event) on_event(e);
   }
@@ -157,6 +167,8 @@ class RestClient : public CompletionClient {
 
 }  // namespace
 
-std::unique_ptr<CompletionClient> make_rest_client(const Endpoint& ep) { return std::make_unique<RestClient>(ep); }
+std::unique_ptr<CompletionClient> make_rest_client(const Endpoint& ep) {
+  return std::make_unique<RestClient>(ep);
+}
 
 }  // namespace mixserve::client

@@ -47,7 +47,8 @@ class RandomIds : public PromptSource {
 
 class RandomText : public PromptSource {
  public:
-  RandomText(Lengths l, std::vector<std::string> words, double tpw) : l_(l), words_(std::move(words)), tpw_(tpw) {}
+  RandomText(Lengths l, std::vector<std::string> words, double tpw)
+      : l_(l), words_(std::move(words)), tpw_(tpw) {}
   Prompt next(std::mt19937_64& rng) override {
     Prompt p;
     p.expected_input_len = l_.draw(l_.input_len, rng);
@@ -66,7 +67,8 @@ class RandomText : public PromptSource {
 
 class Kjv : public PromptSource {
  public:
-  Kjv(Lengths l, std::vector<std::string> verses, double tpw) : l_(l), verses_(std::move(verses)), tpw_(tpw) {}
+  Kjv(Lengths l, std::vector<std::string> verses, double tpw)
+      : l_(l), verses_(std::move(verses)), tpw_(tpw) {}
   Prompt next(std::mt19937_64& rng) override {
     Prompt p;
     p.expected_input_len = l_.draw(l_.input_len, rng);
@@ -108,16 +110,19 @@ class FileLines : public PromptSource {
 }  // namespace
 
 std::unique_ptr<PromptSource> random_ids_prompts(Lengths l, uint32_t vocab_size, int32_t first_id) {
-  if (vocab_size <= static_cast<uint32_t>(first_id) + 1) throw std::invalid_argument("the vocabulary is too small");
+  if (vocab_size <= static_cast<uint32_t>(first_id) + 1)
+    throw std::invalid_argument("the vocabulary is too small");
   return std::make_unique<RandomIds>(l, vocab_size, first_id);
 }
 
-std::unique_ptr<PromptSource> random_text_prompts(Lengths l, std::vector<std::string> words, double tokens_per_word) {
+std::unique_ptr<PromptSource> random_text_prompts(Lengths l, std::vector<std::string> words,
+                                                  double tokens_per_word) {
   if (words.empty()) throw std::invalid_argument("no words to draw from");
   return std::make_unique<RandomText>(l, std::move(words), tokens_per_word);
 }
 
-std::unique_ptr<PromptSource> kjv_prompts(Lengths l, std::vector<std::string> verses, double tokens_per_word) {
+std::unique_ptr<PromptSource> kjv_prompts(Lengths l, std::vector<std::string> verses,
+                                          double tokens_per_word) {
   if (verses.empty()) throw std::invalid_argument("no verses");
   return std::make_unique<Kjv>(l, std::move(verses), tokens_per_word);
 }
@@ -145,12 +150,14 @@ std::vector<std::string> load_kjv_verses() {
     if (line.back() != '\n') continue;  // a verse longer than the buffer
     line.pop_back();
     const size_t space = line.find(' ');  // "Ge1:1 In the beginning ..."
-    if (space != std::string::npos && line.find(':') < space) verses.push_back(line.substr(space + 1));
+    if (space != std::string::npos && line.find(':') < space)
+      verses.push_back(line.substr(space + 1));
     line.clear();
   }
   pclose(pipe);
   if (verses.size() < 1000)
-    throw std::runtime_error("the KJV is not available: install Debian's bible-kjv (scripts/install-deps)");
+    throw std::runtime_error(
+        "the KJV is not available: install Debian's bible-kjv (scripts/install-deps)");
   return verses;
 }
 
@@ -165,13 +172,20 @@ std::vector<std::string> words_of(const std::vector<std::string>& verses) {
 
 std::vector<std::string> fallback_words() {
   const char* text =
-      "and the of to that in he shall unto for i his a lord they be is him not them it with all thou thy was god "
-      "which my me said but ye their have will thee from as are when this out were upon man by you israel king son "
-      "up there hath then people came had house on into her come one we children s before your also day land men "
-      "shalt let go hand made over saying even against at now did every because after earth things no so went may "
-      "us father what mine our if down hast these great name like brought whom any among heart city thus david "
-      "forth should judah jerusalem make know hands away behold away moses sons set put given spirit servant light "
-      "heaven life mercy glory water waters fire face voice word words way days place time sight bread peace";
+      "and the of to that in he shall unto for i his a lord they be is him not them it with all "
+      "thou thy was god "
+      "which my me said but ye their have will thee from as are when this out were upon man by you "
+      "israel king son "
+      "up there hath then people came had house on into her come one we children s before your "
+      "also day land men "
+      "shalt let go hand made over saying even against at now did every because after earth things "
+      "no so went may "
+      "us father what mine our if down hast these great name like brought whom any among heart "
+      "city thus david "
+      "forth should judah jerusalem make know hands away behold away moses sons set put given "
+      "spirit servant light "
+      "heaven life mercy glory water waters fire face voice word words way days place time sight "
+      "bread peace";
   std::istringstream in(text);
   std::vector<std::string> words;
   for (std::string w; in >> w;) words.push_back(w);

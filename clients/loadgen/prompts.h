@@ -11,7 +11,7 @@
 namespace mixserve::client {
 
 struct Prompt {
-  std::string text;              // used when ids is empty
+  std::string text;  // used when ids is empty
   std::vector<int32_t> ids;
   uint32_t max_tokens = 0;
   uint32_t expected_input_len = 0;  // what was aimed at; the report uses the server's usage
@@ -33,12 +33,15 @@ class PromptSource {
 };
 
 // Token ids drawn uniformly from [first_id, vocab_size): no server-side tokenization at all.
-std::unique_ptr<PromptSource> random_ids_prompts(Lengths lengths, uint32_t vocab_size, int32_t first_id);
+std::unique_ptr<PromptSource> random_ids_prompts(Lengths lengths, uint32_t vocab_size,
+                                                 int32_t first_id);
 // Words drawn from `words` (KJV unigram frequencies when the list is the corpus' words), about
 // input_len / tokens_per_word of them.
-std::unique_ptr<PromptSource> random_text_prompts(Lengths lengths, std::vector<std::string> words, double tokens_per_word);
+std::unique_ptr<PromptSource> random_text_prompts(Lengths lengths, std::vector<std::string> words,
+                                                  double tokens_per_word);
 // Runs of consecutive verses from a random verse on, cut to about input_len tokens.
-std::unique_ptr<PromptSource> kjv_prompts(Lengths lengths, std::vector<std::string> verses, double tokens_per_word);
+std::unique_ptr<PromptSource> kjv_prompts(Lengths lengths, std::vector<std::string> verses,
+                                          double tokens_per_word);
 // One prompt per non-empty line, in file order, starting over at the end; output lengths drawn.
 std::unique_ptr<PromptSource> file_prompts(Lengths lengths, const std::string& path);
 

@@ -23,11 +23,16 @@ Slo parse_goodput(const std::vector<std::string>& items) {
         ms = colon == std::string::npos ? -1 : std::stod(kv.substr(colon + 1));
       } catch (const std::exception&) {
       }
-      if (ms < 0) throw std::invalid_argument("--goodput takes KEY:MS with MS >= 0, got \"" + kv + "\"");
-      if (key == "ttft") slo.ttft_ms = ms;
-      else if (key == "tpot") slo.tpot_ms = ms;
-      else if (key == "e2el") slo.e2el_ms = ms;
-      else throw std::invalid_argument("--goodput keys are ttft, tpot and e2el, got \"" + key + "\"");
+      if (ms < 0)
+        throw std::invalid_argument("--goodput takes KEY:MS with MS >= 0, got \"" + kv + "\"");
+      if (key == "ttft")
+        slo.ttft_ms = ms;
+      else if (key == "tpot")
+        slo.tpot_ms = ms;
+      else if (key == "e2el")
+        slo.e2el_ms = ms;
+      else
+        throw std::invalid_argument("--goodput keys are ttft, tpot and e2el, got \"" + key + "\"");
     }
   }
   return slo;
@@ -48,7 +53,9 @@ RequestMetrics metrics_of(const CompletionResult& r) {
       m.itl.insert(m.itl.end(), k - 1, 0.0);  // tokens that came with the first one
       continue;
     }
-    const double gap = std::chrono::duration<double>(r.token_events[i].first - r.token_events[i - 1].first).count();
+    const double gap =
+        std::chrono::duration<double>(r.token_events[i].first - r.token_events[i - 1].first)
+            .count();
     m.itl.insert(m.itl.end(), k, gap / k);
   }
   return m;
@@ -72,7 +79,8 @@ std::string pct_name(double p) {
 }
 
 // mean_X_ms, median_X_ms, std_X_ms and pNN_X_ms of `seconds`.
-void add_stats(json& j, const std::string& name, const std::vector<double>& seconds, const ReportOptions& o) {
+void add_stats(json& j, const std::string& name, const std::vector<double>& seconds,
+               const ReportOptions& o) {
   double mean = 0, var = 0;
   for (double x : seconds) mean += x;
   if (!seconds.empty()) mean /= seconds.size();
@@ -85,7 +93,8 @@ void add_stats(json& j, const std::string& name, const std::vector<double>& seco
 }
 
 bool meets(const RequestMetrics& m, const Slo& slo) {
-  return (slo.ttft_ms < 0 || m.ttft * 1e3 <= slo.ttft_ms) && (slo.tpot_ms < 0 || m.tpot * 1e3 <= slo.tpot_ms) &&
+  return (slo.ttft_ms < 0 || m.ttft * 1e3 <= slo.ttft_ms) &&
+         (slo.tpot_ms < 0 || m.tpot * 1e3 <= slo.tpot_ms) &&
          (slo.e2el_ms < 0 || m.e2el * 1e3 <= slo.e2el_ms);
 }
 
@@ -93,8 +102,8 @@ bool meets(const RequestMetrics& m, const Slo& slo) {
 
 json build_report(const RunResult& run, const ReportOptions& o) {
   std::vector<double> ttfts, tpots, itls, e2els;
-  json input_lens = json::array(), output_lens = json::array(), ttft_list = json::array(), itl_list = json::array(),
-       errors_list = json::array();
+  json input_lens = json::array(), output_lens = json::array(), ttft_list = json::array(),
+       itl_list = json::array(), errors_list = json::array();
   std::map<std::string, long> errors, finish;
   long completed = 0, good = 0, mismatches = 0, without_usage = 0, merged = 0;
   uint64_t in_tokens = 0, out_tokens = 0, cached_tokens = 0;
@@ -112,7 +121,8 @@ json build_report(const RunResult& run, const ReportOptions& o) {
     // The server's usage is the count; the streamed count checks it. Where chunks do not say how
     // many tokens they carry (REST without logprobs) a shortfall means text was held back and sent
     // with a later token: that request's ITL has one sample per chunk, not per token.
-    if (r.has_usage && r.streamed_tokens != static_cast<int>(r.completion_tokens)) ++(r.exact_token_events ? mismatches : merged);
+    if (r.has_usage && r.streamed_tokens != static_cast<int>(r.completion_tokens))
+      ++(r.exact_token_events ? mismatches : merged);
     const RequestMetrics m = metrics_of(r);
     in_tokens += r.prompt_tokens;
     out_tokens += m.output_tokens;
@@ -160,24 +170,29 @@ json build_report(const RunResult& run, const ReportOptions& o) {
 }
 
 void print_report(const json& j, const ReportOptions& o, FILE* out) {
-  auto line = [&](const char* label, const std::string& value) { std::fprintf(out, "%-40s %s\n", label, value.c_str()); };
+  auto line = [&](const char* label, const std::string& value) {
+    std::fprintf(out, "%-40s %s\n", label, value.c_str());
+  };
   auto num = [](const json& v, const char* fmt) {
     if (v.is_null()) return std::string("-");
     char buf[64];
     std::snprintf(buf, sizeof buf, fmt, v.get<double>());
     return std::string(buf);
   };
-  std::fprintf(out, "%s\n", std::string(17, '=').append(" Serving Benchmark Result ").append(17, '=').c_str());
+  std::fprintf(out, "%s\n",
+               std::string(17, '=').append(" Serving Benchmark Result ").append(17, '=').c_str());
   line("Endpoint:", j.value("endpoint", ""));
   line("Successful requests:", std::to_string(j["completed"].get<long>()));
   line("Failed requests:", std::to_string(j["failed"].get<long>()));
-  for (const auto& [kind, n] : j["errors_by_status"].items()) line(("  " + kind + ":").c_str(), std::to_string(n.get<long>()));
+  for (const auto& [kind, n] : j["errors_by_status"].items())
+    line(("  " + kind + ":").c_str(), std::to_string(n.get<long>()));
   line("Benchmark duration (s):", num(j["duration"], "%.2f"));
   line("Total input tokens:", std::to_string(j["total_input_tokens"].get<uint64_t>()));
   line("  of which cached:", std::to_string(j["total_cached_tokens"].get<uint64_t>()));
   line("Total generated tokens:", std::to_string(j["total_output_tokens"].get<uint64_t>()));
   line("Request throughput (req/s):", num(j["request_throughput"], "%.2f"));
-  if (!j["request_goodput"].is_null()) line("Request goodput (req/s):", num(j["request_goodput"], "%.2f"));
+  if (!j["request_goodput"].is_null())
+    line("Request goodput (req/s):", num(j["request_goodput"], "%.2f"));
   line("Output token throughput (tok/s):", num(j["output_throughput"], "%.2f"));
   line("Total token throughput (tok/s):", num(j["total_token_throughput"], "%.2f"));
   const char* titles[][2] = {{"ttft", "Time to First Token"},
@@ -187,7 +202,8 @@ void print_report(const json& j, const ReportOptions& o, FILE* out) {
   for (const auto& [key, title] : titles) {
     std::string head = std::string(" ") + title + " ";
     const size_t pad = head.size() < 60 ? (60 - head.size()) / 2 : 0;
-    std::fprintf(out, "%s%s%s\n", std::string(pad, '-').c_str(), head.c_str(), std::string(pad, '-').c_str());
+    std::fprintf(out, "%s%s%s\n", std::string(pad, '-').c_str(), head.c_str(),
+                 std::string(pad, '-').c_str());
     const std::string k = key;
     line(("Mean " + k + " (ms):").c_str(), num(j["mean_" + k + "_ms"], "%.3f"));
     line(("Median " + k + " (ms):").c_str(), num(j["median_" + k + "_ms"], "%.3f"));
@@ -199,14 +215,16 @@ void print_report(const json& j, const ReportOptions& o, FILE* out) {
   }
   std::fprintf(out, "%s\n", std::string(60, '=').c_str());
   if (j["token_count_mismatches"].get<long>() > 0)
-    std::fprintf(out, "warning: %ld requests streamed a different number of tokens than their usage says\n",
-                 j["token_count_mismatches"].get<long>());
+    std::fprintf(
+        out, "warning: %ld requests streamed a different number of tokens than their usage says\n",
+        j["token_count_mismatches"].get<long>());
 }
 
 void write_csv(const RunResult& run, const std::string& path) {
   std::ofstream out(path);
   if (!out) throw std::runtime_error("cannot write " + path);
-  out << "index,issued_s,ok,error,finish_reason,prompt_tokens,completion_tokens,cached_tokens,ttft_ms,tpot_ms,"
+  out << "index,issued_s,ok,error,finish_reason,prompt_tokens,completion_tokens,cached_tokens,ttft_"
+         "ms,tpot_ms,"
          "e2el_ms,mean_itl_ms\n";
   size_t i = 0;
   for (const RequestRecord& rec : run.records) {
@@ -215,9 +233,10 @@ void write_csv(const RunResult& run, const std::string& path) {
     double itl_sum = 0;
     for (double x : m.itl) itl_sum += x;
     char row[512];
-    std::snprintf(row, sizeof row, "%zu,%.6f,%d,%s,%s,%u,%u,%u,%.3f,%.3f,%.3f,%.3f\n", i++, rec.issued_s, r.ok ? 1 : 0,
-                  r.error.c_str(), r.finish_reason.c_str(), r.prompt_tokens, m.output_tokens, r.cached_tokens,
-                  m.ttft * 1e3, m.tpot * 1e3, m.e2el * 1e3, m.itl.empty() ? 0.0 : itl_sum / m.itl.size() * 1e3);
+    std::snprintf(row, sizeof row, "%zu,%.6f,%d,%s,%s,%u,%u,%u,%.3f,%.3f,%.3f,%.3f\n", i++,
+                  rec.issued_s, r.ok ? 1 : 0, r.error.c_str(), r.finish_reason.c_str(),
+                  r.prompt_tokens, m.output_tokens, r.cached_tokens, m.ttft * 1e3, m.tpot * 1e3,
+                  m.e2el * 1e3, m.itl.empty() ? 0.0 : itl_sum / m.itl.size() * 1e3);
     out << row;
   }
 }

@@ -2,10 +2,9 @@
 // and mean/median/std/percentiles of TTFT, TPOT, ITL (one sample per token) and E2E latency.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "clients/loadgen/runner.h"
 
@@ -20,14 +19,15 @@ Slo parse_goodput(const std::vector<std::string>& items);  // "ttft:200" "tpot:5
 struct ReportOptions {
   std::vector<double> percentiles = {50, 90, 99};
   Slo slo;
-  bool detailed = false;      // per-request arrays in the JSON (vLLM's --save-detailed)
-  nlohmann::json metadata;    // run settings copied into the report
+  bool detailed = false;    // per-request arrays in the JSON (vLLM's --save-detailed)
+  nlohmann::json metadata;  // run settings copied into the report
 };
 
 // Per-request latencies of a successful request, in seconds.
 struct RequestMetrics {
   double ttft = 0, tpot = 0, e2el = 0;
-  std::vector<double> itl;    // one per generated token after the first (per chunk where chunks merged tokens)
+  std::vector<double>
+      itl;  // one per generated token after the first (per chunk where chunks merged tokens)
   uint32_t output_tokens = 0;
 };
 RequestMetrics metrics_of(const CompletionResult& r);

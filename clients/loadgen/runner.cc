@@ -14,7 +14,9 @@ namespace mixserve::client {
 
 namespace {
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Shared by the issuing loop, the request threads and the progress thread.
 struct State {
@@ -30,17 +32,22 @@ void print_progress(const State& s, const RunOptions& o, double elapsed, bool tt
   char total[32] = "";
   if (o.num_requests > 0) std::snprintf(total, sizeof total, "/%ld", o.num_requests);
   char line[256];
-  std::snprintf(line, sizeof line, "%s[%6.1fs] sent %ld%s  done %ld  in flight %d  errors %ld  %.1f req/s  %.1f tok/s",
+  std::snprintf(line, sizeof line,
+                "%s[%6.1fs] sent %ld%s  done %ld  in flight %d  errors %ld  %.1f req/s  %.1f tok/s",
                 o.label.c_str(), elapsed, s.issued, total, s.finished, s.in_flight, s.failed,
-                elapsed > 0 ? s.finished / elapsed : 0.0, elapsed > 0 ? s.output_tokens / elapsed : 0.0);
+                elapsed > 0 ? s.finished / elapsed : 0.0,
+                elapsed > 0 ? s.output_tokens / elapsed : 0.0);
   // On a terminal the line is redrawn in place; in a log a line every few seconds is enough.
-  if (tty) std::fprintf(stderr, "\r%s\033[K%s", line, last ? "\n" : "");
-  else std::fprintf(stderr, "%s\n", line);
+  if (tty)
+    std::fprintf(stderr, "\r%s\033[K%s", line, last ? "\n" : "");
+  else
+    std::fprintf(stderr, "%s\n", line);
 }
 
 }  // namespace
 
-RunResult run_load(CompletionClient& client, PromptSource& prompts, const CompletionRequest& base, const RunOptions& o) {
+RunResult run_load(CompletionClient& client, PromptSource& prompts, const CompletionRequest& base,
+                   const RunOptions& o) {
   RunResult run;
   State s;
   // Separate streams: the arrival times of a seed do not depend on the prompt source.
@@ -56,7 +63,8 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
       const bool tty = isatty(STDERR_FILENO);
       const auto period = std::chrono::milliseconds(tty ? 250 : 5000);
       std::unique_lock<std::mutex> lock(s.mu);
-      while (!s.cv.wait_for(lock, period, [&] { return s.stop_progress; })) print_progress(s, o, since(run.start), tty, false);
+      while (!s.cv.wait_for(lock, period, [&] { return s.stop_progress; }))
+        print_progress(s, o, since(run.start), tty, false);
       print_progress(s, o, since(run.start), tty, true);
     });
   }
@@ -73,7 +81,8 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
     std::unique_lock<std::mutex> lock(s.mu);
     if (o.max_concurrency > 0) s.cv.wait(lock, [&] { return s.in_flight < o.max_concurrency; });
     if (o.duration_s > 0 && since(run.start) >= o.duration_s) break;
-    RequestRecord& rec = run.records.emplace_back();  // a deque: earlier records stay where they are
+    RequestRecord& rec =
+        run.records.emplace_back();  // a deque: earlier records stay where they are
     rec.prompt = prompts.next(prompt_rng);
     rec.issued_s = since(run.start);
     ++s.in_flight;
@@ -93,7 +102,9 @@ RunResult run_load(CompletionClient& client, PromptSource& prompts, const Comple
       s.cv.notify_all();
     };
     try {
-      std::thread([&client, finished, req = std::move(req)] { finished(client.complete(req, {})); }).detach();
+      std::thread([&client, finished, req = std::move(req)] {
+        finished(client.complete(req, {}));
+      }).detach();
     } catch (const std::system_error& e) {  // out of threads: this request fails, the run goes on
       CompletionResult r;
       r.start = r.end = Clock::now();

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/mixers/registry.h"
@@ -27,7 +26,8 @@ TEST_P(CostModel, MatchesTheReference) {
       EXPECT_EQ(c.add, want["add"].get<int64_t>()) << GetParam() << " layer " << l << " t " << t;
       EXPECT_EQ(c.div, want["div"].get<int64_t>()) << GetParam() << " layer " << l << " t " << t;
       EXPECT_EQ(c.exp, want["exp"].get<int64_t>()) << GetParam() << " layer " << l << " t " << t;
-      EXPECT_EQ(c.critical_path, want["critical_path"].get<std::string>()) << GetParam() << " layer " << l;
+      EXPECT_EQ(c.critical_path, want["critical_path"].get<std::string>())
+          << GetParam() << " layer " << l;
     }
 }
 

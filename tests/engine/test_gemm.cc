@@ -1,20 +1,18 @@
 // The fixed-order GEMM: a row's result is the same bit for bit whatever the batch around it,
 // on the AVX2 and the scalar path; and the measurement that made us write it (OpenBLAS's row
 // results change with M), kept so a change in that behaviour is noticed.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
-#include <cblas.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/safetensors.h"
-
-#include <tuple>
 
 namespace mixserve {
 namespace {
@@ -37,7 +35,8 @@ TEST(Gemm, RowsDoNotDependOnTheBatchOrThreads) {
     for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 64}) {
       std::vector<float> y(m * n);
       pw.multiply(x.data(), m, y.data(), &pool);
-      ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), n * sizeof(float))) << "n " << n << " M " << m;
+      ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), n * sizeof(float)))
+          << "n " << n << " M " << m;
     }
     // Accuracy against a double-precision product.
     for (int64_t j = 0; j < n; ++j) {
@@ -73,7 +72,8 @@ TEST(Gemm, ScalarAndVectorPathsAgreeBitForBit) {
 
 TEST(Gemm, HalfPanelsGiveTheSameBitsAsFloatPanels) {
   ThreadPool pool(2);
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 200, 64}, {2, 33, 128}, {9, 500, 40}}) {
+  for (auto [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 200, 64}, {2, 33, 128}, {9, 500, 40}}) {
     auto w = randn(n * k, 8), x = randn(m * k, 9), b = randn(n, 10);
     for (float& v : w) v = half_to_float(float_to_half(v));  // weights shipped as F16
     PackedWeight half(w.data(), b.data(), n, k), full(w.data(), b.data(), n, k, WeightFormat::kF32);
@@ -85,8 +85,10 @@ TEST(Gemm, HalfPanelsGiveTheSameBitsAsFloatPanels) {
     gemm_force_scalar(true);
     half.multiply(x.data(), m, s.data(), nullptr);
     gemm_force_scalar(false);
-    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float))) << m << "x" << n << "x" << k;
-    EXPECT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float))) << m << "x" << n << "x" << k;
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)))
+        << m << "x" << n << "x" << k;
+    EXPECT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float)))
+        << m << "x" << n << "x" << k;
   }
 }
 
@@ -172,7 +174,8 @@ TEST(Gemm, QuantizedProductsAreThoseOfTheQuantizedWeights) {
         const double scale = format == WeightFormat::kInt8 ? amax / 127 : extreme / -8;
         for (int64_t i = k0; i < k1; ++i) {
           double q = std::nearbyint(w[o * k + i] / scale);
-          q = format == WeightFormat::kInt8 ? std::clamp(q, -127.0, 127.0) : std::clamp(q, -8.0, 7.0);
+          q = format == WeightFormat::kInt8 ? std::clamp(q, -127.0, 127.0)
+                                            : std::clamp(q, -8.0, 7.0);
           dq[o * k + i] = q * scale;
         }
       }
@@ -206,8 +209,10 @@ TEST(Gemm, OpenBlasRowsDependOnTheBatchSize) {
   const int K = 128, N = 384;
   auto a = randn(64 * K, 6), b = randn(N * K, 7);
   std::vector<float> one(N), many(64 * N);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, N, K, 1, a.data(), K, b.data(), K, 0, one.data(), N);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 64, N, K, 1, a.data(), K, b.data(), K, 0, many.data(), N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, N, K, 1, a.data(), K, b.data(), K, 0,
+              one.data(), N);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 64, N, K, 1, a.data(), K, b.data(), K, 0,
+              many.data(), N);
   EXPECT_NE(0, std::memcmp(one.data(), many.data(), N * sizeof(float)))
       << "OpenBLAS gave row 0 identically for M = 1 and M = 64";
 }

@@ -1,12 +1,12 @@
 // Loading rejects every kind of broken model file with one clear message naming the culprit.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "engine/model_dir.h"
 #include "engine/safetensors.h"
@@ -24,10 +24,12 @@ std::vector<uint8_t> f32_bytes(std::vector<float> v) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (fs::temp_directory_path() / ("mixserve_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (fs::temp_directory_path() / ("mixserve_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
-void write_raw(const std::string& path, uint64_t header_len, const std::string& header, const std::string& data) {
+void write_raw(const std::string& path, uint64_t header_len, const std::string& header,
+               const std::string& data) {
   std::ofstream f(path, std::ios::binary);
   for (int i = 0; i < 8; ++i) f.put(static_cast<char>((header_len >> (8 * i)) & 0xff));
   f << header << data;
@@ -54,15 +56,18 @@ TEST(Safetensors, RoundTripsEveryWeightDtype) {
     bf16.push_back((bits >> 16) & 0xff);
     bf16.push_back(bits >> 24);
   }
-  write_safetensors(path, {{"a", DType::kF32, {2, 2}, f32_bytes({1, 2, 3, 4})},
-                           {"b", DType::kF16, {5}, f16},
-                           {"c", DType::kBF16, {5}, bf16}},
+  write_safetensors(path,
+                    {{"a", DType::kF32, {2, 2}, f32_bytes({1, 2, 3, 4})},
+                     {"b", DType::kF16, {5}, f16},
+                     {"c", DType::kBF16, {5}, bf16}},
                     {{"format", "pt"}});
   SafetensorsFile f(path);
   EXPECT_EQ(f.tensors().size(), 3u);
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_EQ(to_float32(*f.find("a")), (std::vector<float>{1, 2, 3, 4}));
-  EXPECT_EQ(to_float32(*f.find("b")), (std::vector<float>{1.0f, -2.5f, 65504.0f, half_to_float(float_to_half(6.1e-5f)), 0.0f}));
+  EXPECT_EQ(
+      to_float32(*f.find("b")),
+      (std::vector<float>{1.0f, -2.5f, 65504.0f, half_to_float(float_to_half(6.1e-5f)), 0.0f}));
   EXPECT_EQ(to_float32(*f.find("c"))[1], -2.5f);
   fs::remove(path);
 }
@@ -92,14 +97,23 @@ TEST(Safetensors, RejectsEveryCorruptionWithAClearMessage) {
       {"not json", "{nope", four, 0, "not valid JSON"},
       {"not an object", "[1,2]", four, 0, "not a JSON object"},
       {"missing offsets", R"({"w":{"dtype":"F32","shape":[4]}})", four, 0, "tensor w: entry needs"},
-      {"unknown dtype", R"({"w":{"dtype":"F8","shape":[4],"data_offsets":[0,16]}})", four, 0, "tensor w: unknown dtype"},
-      {"negative shape", R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", four, 0, "tensor w: shape"},
-      {"size mismatch", R"({"w":{"dtype":"F32","shape":[5],"data_offsets":[0,16]}})", four, 0, "tensor w: holds 16 bytes"},
-      {"beyond data", R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", four, 0, "tensor w: data_offsets end at 32"},
-      {"descending", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}})", four, 0, "tensor w: data_offsets are descending"},
-      {"overlap", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four, 0, "overlaps"},
-      {"gap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four, 0, "gap of 8 bytes before tensor a"},
-      {"trailing bytes", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four, 0, "8 bytes after the last tensor"},
+      {"unknown dtype", R"({"w":{"dtype":"F8","shape":[4],"data_offsets":[0,16]}})", four, 0,
+       "tensor w: unknown dtype"},
+      {"negative shape", R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", four, 0,
+       "tensor w: shape"},
+      {"size mismatch", R"({"w":{"dtype":"F32","shape":[5],"data_offsets":[0,16]}})", four, 0,
+       "tensor w: holds 16 bytes"},
+      {"beyond data", R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", four, 0,
+       "tensor w: data_offsets end at 32"},
+      {"descending", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}})", four, 0,
+       "tensor w: data_offsets are descending"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       four, 0, "overlaps"},
+      {"gap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four, 0,
+       "gap of 8 bytes before tensor a"},
+      {"trailing bytes", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four, 0,
+       "8 bytes after the last tensor"},
       {"bad metadata", R"({"__metadata__":{"k":1}})", "", 0, "__metadata__.k must be a string"},
       {"header past end", "{}", "", 1000, "truncated: header says 1000 bytes"},
       {"huge header", "{}", "", 200ull << 20, "exceeds the 100 MB limit"},
@@ -141,7 +155,8 @@ class BrokenModel : public ::testing::Test {
     {
       SafetensorsFile f(dir_ + "/model.safetensors");
       for (const TensorView& t : f.tensors())
-        tensors.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.bytes)});
+        tensors.push_back(
+            {t.name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.bytes)});
     }
     change(tensors);
     write_safetensors(dir_ + "/model.safetensors", tensors);
@@ -157,7 +172,9 @@ class BrokenModel : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(BrokenModel, LoadsWhenIntact) { EXPECT_EQ(error(), ""); }
+TEST_F(BrokenModel, LoadsWhenIntact) {
+  EXPECT_EQ(error(), "");
+}
 
 TEST_F(BrokenModel, MissingTensor) {
   rewrite_weights([](auto& t) { t.erase(t.begin()); });
@@ -165,7 +182,9 @@ TEST_F(BrokenModel, MissingTensor) {
 }
 
 TEST_F(BrokenModel, UnexpectedTensor) {
-  rewrite_weights([](auto& t) { t.push_back({"layers.9.extra", DType::kF32, {1}, f32_bytes({0})}); });
+  rewrite_weights([](auto& t) {
+    t.push_back({"layers.9.extra", DType::kF32, {1}, f32_bytes({0})});
+  });
   EXPECT_NE(error().find("unexpected tensor layers.9.extra"), std::string::npos) << error();
 }
 
@@ -176,8 +195,11 @@ TEST_F(BrokenModel, WrongShape) {
         x.shape = {16, 64};
       }
   });
-  EXPECT_NE(error().find("tensor layers.1.mixer.q.weight has shape [16, 64] but config.json implies [32, 32]"),
-            std::string::npos) << error();
+  EXPECT_NE(
+      error().find(
+          "tensor layers.1.mixer.q.weight has shape [16, 64] but config.json implies [32, 32]"),
+      std::string::npos)
+      << error();
 }
 
 TEST_F(BrokenModel, NonFloatDtype) {
@@ -185,7 +207,8 @@ TEST_F(BrokenModel, NonFloatDtype) {
     for (auto& x : t)
       if (x.name == "norm_f.bias") x.dtype = DType::kI32;
   });
-  EXPECT_NE(error().find("tensor norm_f.bias: dtype I32 is not a weight type"), std::string::npos) << error();
+  EXPECT_NE(error().find("tensor norm_f.bias: dtype I32 is not a weight type"), std::string::npos)
+      << error();
 }
 
 TEST_F(BrokenModel, TruncatedFile) {
@@ -195,8 +218,10 @@ TEST_F(BrokenModel, TruncatedFile) {
 
 TEST_F(BrokenModel, ConfigInconsistentWithWeights) {
   rewrite_config("\"ffn_dim\": 64", "\"ffn_dim\": 65");
-  EXPECT_NE(error().find("layers.0.ffn.fc1.weight has shape [64, 32] but config.json implies [65, 32]"),
-            std::string::npos) << error();
+  EXPECT_NE(
+      error().find("layers.0.ffn.fc1.weight has shape [64, 32] but config.json implies [65, 32]"),
+      std::string::npos)
+      << error();
 }
 
 TEST_F(BrokenModel, ConfigErrors) {
@@ -213,7 +238,8 @@ TEST_F(BrokenModel, ConfigErrors) {
   for (const auto& [edit, message] : cases) {
     SetUp();
     rewrite_config(edit.first, edit.second);
-    EXPECT_NE(error().find(message), std::string::npos) << "expected \"" << message << "\", got \"" << error() << "\"";
+    EXPECT_NE(error().find(message), std::string::npos)
+        << "expected \"" << message << "\", got \"" << error() << "\"";
     EXPECT_NE(error().find("config.json"), std::string::npos);
   }
 }

@@ -18,7 +18,7 @@ TEST(VecMath, ExpIsAccurateAndPathIndependent) {
   std::vector<float> x(1003);
   for (float& v : x) v = u(g);
   x[0] = 0.0f;
-  x[1] = -1e38f;   // the running-max sentinel: exp must be exactly 0
+  x[1] = -1e38f;  // the running-max sentinel: exp must be exactly 0
   x[2] = -87.0f;
   x[3] = 88.0f;
   std::vector<float> y(x.size());

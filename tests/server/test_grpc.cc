@@ -1,13 +1,11 @@
 // The gRPC API with real gRPC clients: streaming Generate, Tokenize, ListModels, the standard
 // health service and server reflection (spoken through generic stubs, as grpcurl would), errors.
-#include <gtest/gtest.h>
-
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
 
 #include "mixserve/v1/generation.grpc.pb.h"
@@ -19,22 +17,27 @@ namespace {
 class Grpc : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--model", source_dir() + "/models/default", "--model", source_dir() + "/tests/golden/rwkv"});
-    channel_ = new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
+    server_ = new ServerProcess({"--model", source_dir() + "/models/default", "--model",
+                                 source_dir() + "/tests/golden/rwkv"});
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
   }
   static void TearDownTestSuite() {
     delete channel_;
     delete server_;
   }
-  static std::unique_ptr<v1::TextGeneration::Stub> stub() { return v1::TextGeneration::NewStub(*channel_); }
+  static std::unique_ptr<v1::TextGeneration::Stub> stub() {
+    return v1::TextGeneration::NewStub(*channel_);
+  }
   static ServerProcess* server_;
   static std::shared_ptr<grpc::Channel>* channel_;
 };
 ServerProcess* Grpc::server_ = nullptr;
 std::shared_ptr<grpc::Channel>* Grpc::channel_ = nullptr;
 
-std::vector<v1::GenerateResponse> generate(v1::TextGeneration::Stub& s, const v1::GenerateRequest& req, grpc::Status* status,
-                                           std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+std::vector<v1::GenerateResponse> generate(
+    v1::TextGeneration::Stub& s, const v1::GenerateRequest& req, grpc::Status* status,
+    std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   auto reader = s.Generate(&ctx, req);
@@ -68,7 +71,8 @@ TEST_F(Grpc, GenerateStreamsTokensThenUsage) {
   EXPECT_GT(out.back().timing().total_seconds(), 0);
   EXPECT_FALSE(text.empty());
   // the same seeded request over REST gives the same text
-  auto rest = post_json(server_->http_url("/v1/completions"), R"({"model":"default","prompt":"And God said","max_tokens":10,"seed":4})");
+  auto rest = post_json(server_->http_url("/v1/completions"),
+                        R"({"model":"default","prompt":"And God said","max_tokens":10,"seed":4})");
   EXPECT_EQ(nlohmann::json::parse(rest.body)["choices"][0]["text"], text);
 }
 
@@ -147,7 +151,8 @@ TEST_F(Grpc, ErrorsCarryTheRightStatus) {
 }
 
 // Calls a unary method with a raw serialized request (generic stub) and returns the raw response.
-std::string raw_unary(grpc::Channel& ch, const std::string& method, const std::string& request, grpc::Status* st) {
+std::string raw_unary(grpc::Channel& ch, const std::string& method, const std::string& request,
+                      grpc::Status* st) {
   grpc::GenericStub generic(std::shared_ptr<grpc::Channel>(&ch, [](grpc::Channel*) {}));
   grpc::ClientContext ctx;
   grpc::Slice slice(request);
@@ -181,7 +186,8 @@ TEST_F(Grpc, HealthServiceAndReflection) {
   grpc::GenericStub generic(*channel_);
   grpc::ClientContext ctx;
   grpc::CompletionQueue cq;
-  auto call = generic.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = generic.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
   call->StartCall(reinterpret_cast<void*>(1));

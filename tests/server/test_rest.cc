@@ -15,8 +15,9 @@ using json = nlohmann::json;
 class Rest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--model", source_dir() + "/models/default", "--model",
-                                 source_dir() + "/tests/golden/hybrid_a", "--max-body-bytes", "65536"});
+    server_ =
+        new ServerProcess({"--model", source_dir() + "/models/default", "--model",
+                           source_dir() + "/tests/golden/hybrid_a", "--max-body-bytes", "65536"});
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -28,7 +29,8 @@ class Rest : public ::testing::Test {
 ServerProcess* Rest::server_ = nullptr;
 
 TEST_F(Rest, CompletionJson) {
-  auto r = post_json(url("/v1/completions"), R"({"model":"default","prompt":"And God said","max_tokens":12,"seed":7})");
+  auto r = post_json(url("/v1/completions"),
+                     R"({"model":"default","prompt":"And God said","max_tokens":12,"seed":7})");
   ASSERT_EQ(r.status, 200) << r.body;
   const json j = json::parse(r.body);
   EXPECT_EQ(j["object"], "text_completion");
@@ -38,14 +40,16 @@ TEST_F(Rest, CompletionJson) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 12);
   EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + 12);
   // a seeded request is reproducible
-  auto again = post_json(url("/v1/completions"), R"({"model":"default","prompt":"And God said","max_tokens":12,"seed":7})");
+  auto again = post_json(url("/v1/completions"),
+                         R"({"model":"default","prompt":"And God said","max_tokens":12,"seed":7})");
   EXPECT_EQ(json::parse(again.body)["choices"][0]["text"], j["choices"][0]["text"]);
 }
 
 TEST_F(Rest, CompletionStreamsServerSentEvents) {
-  auto r = post_json(url("/v1/completions"),
-                     R"({"prompt":"In the beginning","max_tokens":6,"stream":true,"seed":3,"stream_options":{"include_usage":true}})",
-                     {"-N"});
+  auto r = post_json(
+      url("/v1/completions"),
+      R"({"prompt":"In the beginning","max_tokens":6,"stream":true,"seed":3,"stream_options":{"include_usage":true}})",
+      {"-N"});
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"], "text/event-stream");
   std::vector<json> events;
@@ -68,17 +72,21 @@ TEST_F(Rest, CompletionStreamsServerSentEvents) {
   std::string streamed;
   for (const auto& e : events)
     if (!e["choices"].empty()) streamed += e["choices"][0]["text"].get<std::string>();
-  auto whole = post_json(url("/v1/completions"), R"({"prompt":"In the beginning","max_tokens":6,"seed":3})");
+  auto whole =
+      post_json(url("/v1/completions"), R"({"prompt":"In the beginning","max_tokens":6,"seed":3})");
   EXPECT_EQ(streamed, json::parse(whole.body)["choices"][0]["text"].get<std::string>());
 }
 
 TEST_F(Rest, TokenIdPromptsStopStringsAndLogprobs) {
-  auto r = post_json(url("/v1/completions"), R"({"model":"hybrid_a","prompt":[5,6,7,8],"max_tokens":5,"seed":1,"logprobs":3,"ignore_eos":true})");
+  auto r = post_json(
+      url("/v1/completions"),
+      R"({"model":"hybrid_a","prompt":[5,6,7,8],"max_tokens":5,"seed":1,"logprobs":3,"ignore_eos":true})");
   ASSERT_EQ(r.status, 200) << r.body;
   const json j = json::parse(r.body);
   EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
   EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"].size(), 5u);
-  auto s = post_json(url("/v1/completions"), R"({"prompt":"And God said","max_tokens":40,"seed":1,"stop":[","]})");
+  auto s = post_json(url("/v1/completions"),
+                     R"({"prompt":"And God said","max_tokens":40,"seed":1,"stop":[","]})");
   ASSERT_EQ(s.status, 200);
   const json js = json::parse(s.body);
   EXPECT_EQ(js["choices"][0]["text"].get<std::string>().find(','), std::string::npos);
@@ -99,7 +107,10 @@ TEST_F(Rest, ModelsHealthReadyMetricsAndPlayground) {
   auto metrics = curl(url("/metrics"));
   EXPECT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.body.find("mixserve_time_to_first_token_seconds_bucket"), std::string::npos);
-  EXPECT_NE(metrics.body.find("mixserve_mixer_ops_total{layer=\"0\",mixer=\"she\",model=\"hybrid_a\",op=\"mul\"}"), std::string::npos);
+  EXPECT_NE(
+      metrics.body.find(
+          "mixserve_mixer_ops_total{layer=\"0\",mixer=\"she\",model=\"hybrid_a\",op=\"mul\"}"),
+      std::string::npos);
 }
 
 struct BadInput {
@@ -125,20 +136,24 @@ TEST_F(Rest, BadInputsGetClearErrorsAndQueueNothing) {
       {"unknown model", R"({"model":"nope","prompt":"a"})", 404, "model"},
       {"max_tokens 0", R"({"prompt":"a","max_tokens":0})", 400, "max_tokens"},
       {"max_tokens not a number", R"({"prompt":"a","max_tokens":"ten"})", 400, "max_tokens"},
-      {"prompt + max_tokens past the context", R"({"prompt":"a","max_tokens":128})", 400, "max_tokens"},
+      {"prompt + max_tokens past the context", R"({"prompt":"a","max_tokens":128})", 400,
+       "max_tokens"},
       {"prompt longer than the context", R"({"prompt":")" + long_prompt + R"("})", 400, "prompt"},
       {"temperature negative", R"({"prompt":"a","temperature":-1})", 400, "temperature"},
       {"top_p above 1", R"({"prompt":"a","top_p":1.5})", 400, "top_p"},
       {"top_p 0", R"({"prompt":"a","top_p":0})", 400, "top_p"},
       {"min_p above 1", R"({"prompt":"a","min_p":2})", 400, "min_p"},
-      {"presence_penalty out of range", R"({"prompt":"a","presence_penalty":3})", 400, "presence_penalty"},
-      {"repetition_penalty 0", R"({"prompt":"a","repetition_penalty":0})", 400, "repetition_penalty"},
+      {"presence_penalty out of range", R"({"prompt":"a","presence_penalty":3})", 400,
+       "presence_penalty"},
+      {"repetition_penalty 0", R"({"prompt":"a","repetition_penalty":0})", 400,
+       "repetition_penalty"},
       {"logprobs above 20", R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
       {"n above 64", R"({"prompt":"a","n":65})", 400, "n"},
       {"stop of the wrong type", R"({"prompt":"a","stop":5})", 400, "stop"},
       {"empty stop string", R"({"prompt":"a","stop":[""]})", 400, "stop"},
       {"unknown field", R"({"prompt":"a","max_token":5})", 400, "max_token"},
-      {"stream_options without stream", R"({"prompt":"a","stream_options":{"include_usage":true}})", 400, "stream_options"},
+      {"stream_options without stream", R"({"prompt":"a","stream_options":{"include_usage":true}})",
+       400, "stream_options"},
       {"invalid UTF-8", std::string(R"({"prompt":"a)") + "\xff\xfe" + R"("})", 400, ""},
       {"body too large", big, 413, ""},
       {"timeout not positive", R"({"prompt":"a","timeout":0})", 400, "timeout"},
@@ -163,7 +178,8 @@ TEST_F(Rest, BadInputsGetClearErrorsAndQueueNothing) {
   EXPECT_EQ(curl(url("/v1/nothing")).status, 404);
   // nothing was queued or run
   const std::string after = curl(url("/metrics")).body;
-  for (const char* m : {"mixserve_requests_waiting{model=\"default\"}", "mixserve_requests_running{model=\"default\"}"})
+  for (const char* m : {"mixserve_requests_waiting{model=\"default\"}",
+                        "mixserve_requests_running{model=\"default\"}"})
     EXPECT_EQ(metric(after, m), 0) << m;
   for (const char* m : {"mixserve_requests_total{finish_reason=\"length\",model=\"default\"}",
                         "mixserve_requests_total{finish_reason=\"stop\",model=\"default\"}",

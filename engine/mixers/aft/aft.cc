@@ -15,9 +15,12 @@ namespace mixserve {
 
 std::vector<WeightSpec> aft_weights(const ModelConfig& cfg, const LayerConfig& layer) {
   std::vector<WeightSpec> w;
-  for (const char* n : {"q", "k", "v", "o"}) add_linear_spec(w, n, cfg.d_model, cfg.d_model, cfg.bias);
-  if (layer.kind == MixerKind::kAftFull) w.push_back({"pos_bias", {cfg.max_seq_len, cfg.max_seq_len}});
-  if (layer.kind == MixerKind::kAftLocal) w.push_back({"pos_bias", {cfg.max_seq_len, layer.window}});
+  for (const char* n : {"q", "k", "v", "o"})
+    add_linear_spec(w, n, cfg.d_model, cfg.d_model, cfg.bias);
+  if (layer.kind == MixerKind::kAftFull)
+    w.push_back({"pos_bias", {cfg.max_seq_len, cfg.max_seq_len}});
+  if (layer.kind == MixerKind::kAftLocal)
+    w.push_back({"pos_bias", {cfg.max_seq_len, layer.window}});
   return w;
 }
 
@@ -131,7 +134,8 @@ class CpuAft : public CpuLayerPart {
       return full ? st.token_row(pos - lag, 2 * d) : st.at(3 * d + ((pos - lag) % s_) * d);
     };
     auto value = [&](int64_t lag) {
-      return full ? st.token_row(pos - lag, 2 * d, d) : st.at((3 + s_) * d + ((pos - lag) % s_) * d);
+      return full ? st.token_row(pos - lag, 2 * d, d)
+                  : st.at((3 + s_) * d + ((pos - lag) % s_) * d);
     };
     auto bias = [&](int64_t lag) {
       return full ? pos_bias_[pos * l_ + (pos - lag)] : pos_bias_[pos * s_ + lag];

@@ -10,17 +10,27 @@
 namespace mixserve {
 
 namespace {
-bool has_adjust(MixerKind k) { return k != MixerKind::kMe; }
+bool has_adjust(MixerKind k) {
+  return k != MixerKind::kMe;
+}
 }  // namespace
 
 std::vector<WeightSpec> extractor_weights(const ModelConfig& cfg, const LayerConfig& layer) {
   const int64_t d = cfg.d_model, W = layer.window;
   std::vector<WeightSpec> w;
   switch (layer.kind) {
-    case MixerKind::kShe: w.push_back({"ext", {W, d, d}}); break;
-    case MixerKind::kHe: add_linear_spec(w, "inp", d, d, cfg.bias); [[fallthrough]];
-    case MixerKind::kWe: w.push_back({"ext", {W, d}}); break;
-    default: w.push_back({"ext", {W}}); break;
+    case MixerKind::kShe:
+      w.push_back({"ext", {W, d, d}});
+      break;
+    case MixerKind::kHe:
+      add_linear_spec(w, "inp", d, d, cfg.bias);
+      [[fallthrough]];
+    case MixerKind::kWe:
+      w.push_back({"ext", {W, d}});
+      break;
+    default:
+      w.push_back({"ext", {W}});
+      break;
   }
   if (has_adjust(layer.kind)) {
     add_linear_spec(w, "adj", d, d, cfg.bias);
@@ -149,8 +159,10 @@ class CpuExtractor : public CpuLayerPart {
         float* dst = &lags_[(r - r0) * K];
         for (int64_t lag = 0; lag < max_lags; ++lag) {
           const float* s = lag_source(b, seq, r, lag, src);
-          if (s) std::memcpy(dst + lag * d_, s, sizeof(float) * d_);
-          else std::memset(dst + lag * d_, 0, sizeof(float) * d_);
+          if (s)
+            std::memcpy(dst + lag * d_, s, sizeof(float) * d_);
+          else
+            std::memset(dst + lag * d_, 0, sizeof(float) * d_);
         }
       });
       ext_packed_.multiply_prefix(lags_.data(), K, n, max_lags * d_, ext + r0 * d_, ctx.pool);

@@ -17,7 +17,8 @@ std::vector<WeightSpec> rwkv_weights(const ModelConfig& cfg, const LayerConfig&)
   std::vector<WeightSpec> w;
   for (const char* n : {"time_mix_k", "time_mix_v", "time_mix_r", "time_decay", "time_first"})
     w.push_back({n, {d}});
-  for (const char* n : {"key", "value", "receptance", "output"}) add_linear_spec(w, n, d, d, cfg.bias);
+  for (const char* n : {"key", "value", "receptance", "output"})
+    add_linear_spec(w, n, d, d, cfg.bias);
   return w;
 }
 
@@ -123,7 +124,8 @@ class CpuRwkv : public CpuLayerPart {
 }  // namespace
 
 std::unique_ptr<CpuLayerPart> make_cpu_rwkv(const ModelConfig& cfg, const LayerConfig& layer,
-                                            const WeightSource& weights, const std::string& prefix) {
+                                            const WeightSource& weights,
+                                            const std::string& prefix) {
   return std::make_unique<CpuRwkv>(cfg, layer, weights, prefix);
 }
 
@@ -133,7 +135,8 @@ namespace mixserve {
 
 // docs/cost-model.md: three token-shift lerps x·μ + x_prev·(1−μ) (1−μ precomputed) 6d mul,
 // 3d add; r,k,v,o projections 4d² mul, 4(d−1)d add; σ(r) d exp, d add, d div; WKV in the
-// unstabilised form (e^{u+k}, e^{k}, e^{w} precomputed) 4d mul, 5d add, d div, 2d exp; r ⊙ wkv d mul.
+// unstabilised form (e^{u+k}, e^{k}, e^{w} precomputed) 4d mul, 5d add, d div, 2d exp; r ⊙ wkv d
+// mul.
 OpCost rwkv_cost(const ModelConfig& cfg, const LayerConfig&, int64_t) {
   const int64_t d = cfg.d_model;
   return {4 * d * d + 11 * d, 4 * d * d + 5 * d, 2 * d, 3 * d,
