@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Where a decode step's device time goes: reads the Nsight Compute CSVs that
 `scripts/gpu-check profile` writes (one gpu__time_duration per kernel launch) and tables the last
-decode step of each (from its last embed_kernel on): kernel, grid, launches, total and mean µs.
+decode step of each (from its last embed_kernel on): kernel, grid, launches, total and mean µs —
+and, where the CSV has dram__bytes_read.sum too (the large config's case), the bytes each group
+read from DRAM and at what rate (GB/s over its device time).
 
   bench/profile_summary.py out/gpu-check/profile-*.csv
 """
@@ -20,13 +22,22 @@ def kernel_name(full):
 
 
 def last_step(path):
-    launches = []
+    """[(kernel, grid, µs, DRAM bytes or None)] of the last step, in launch order."""
+    launches = collections.OrderedDict()  # ncu's launch ID -> [kernel, grid, µs, bytes]
     with open(path) as f:
         for row in csv.DictReader(line for line in f if line.startswith('"')):
-            if row.get("Metric Name") != "gpu__time_duration.sum":
+            metric = row.get("Metric Name")
+            if metric not in ("gpu__time_duration.sum", "dram__bytes_read.sum"):
                 continue
-            us = float(row["Metric Value"].replace(",", "")) / 1000
-            launches.append((kernel_name(row["Kernel Name"]), row["Grid Size"], us))
+            value = float(row["Metric Value"].replace(",", ""))
+            unit = row.get("Metric Unit", "")
+            k = launches.setdefault(row.get("ID"), [kernel_name(row["Kernel Name"]), row["Grid Size"], 0.0, None])
+            if metric == "gpu__time_duration.sum":
+                k[2] = value / (1000 if unit in ("nsecond", "") else 1e-3 if unit == "msecond" else 1)
+            else:
+                scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
+                k[3] = value * scale
+    launches = [tuple(v) for v in launches.values()]
     starts = [i for i, k in enumerate(launches) if k[0].startswith("embed_kernel")]
     return launches[starts[-1]:] if starts else []
 
@@ -38,12 +49,19 @@ def main(paths):
     for path in paths:
         step = last_step(path)
         print(f"{path}: {len(step)} kernels in the last step, {sum(k[2] for k in step):.1f} µs of device time")
-        groups = collections.defaultdict(lambda: [0, 0.0])
-        for name, grid, us in step:
-            groups[(name, grid)][0] += 1
-            groups[(name, grid)][1] += us
-        for (name, grid), (n, us) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
-            print(f"  {us:8.1f} µs  {n:4d} × {us / n:6.2f}  grid {grid:12s} {name[:90]}")
+        groups = collections.defaultdict(lambda: [0, 0.0, None])
+        for name, grid, us, dram in step:
+            g = groups[(name, grid)]
+            g[0] += 1
+            g[1] += us
+            if dram is not None:
+                g[2] = (g[2] or 0.0) + dram
+        total_bytes = sum(k[3] for k in step if k[3] is not None)
+        if total_bytes:
+            print(f"  DRAM read {total_bytes / 1e6:.1f} MB, {total_bytes / 1e3 / sum(k[2] for k in step):.0f} GB/s over the step")
+        for (name, grid), (n, us, dram) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+            rate = f"  {dram / 1e6:8.2f} MB {dram / 1e3 / us:6.0f} GB/s" if dram is not None and us > 0 else ""
+            print(f"  {us:8.1f} µs  {n:4d} × {us / n:6.2f}  grid {grid:12s}{rate} {name[:90]}")
         print()
     return 0
 
