@@ -121,7 +121,9 @@ void GemmChain::flush() {
       for (int i = 0; i < cores->size(); ++i) cores->launch_alone(stream_, i);
     } else if (cores) {
       cores->launch(stream_, plan, kept);
-    } else if (kept.size() == 1) {  // one GEMM: gemv.cu's many blocks beat one cluster
+    } else if (kept.size() == 1 && !kept[0].in.lag_pos) {
+      // One GEMM: gemv.cu's many blocks beat one cluster (gathered lag rows are summed only by a
+      // sequence kernel: an int8 model's, whose cores do not join, can be alone in its run).
       gemm(stream_, kept[0].in, kept[0].w, kept[0].M, kept[0].out);
     } else {
       gemm_parts::with_weight_type(kept[0].w.type, [&](auto weight) {

@@ -66,8 +66,9 @@ TEST(CpuBackendOpsLong, LongWindowsMatchTheFloat64Model) {
                          MixerKind::kMe}) {
     std::mt19937 rng(91 + static_cast<int>(kind));
     const RandomModel m = random_model(kind, rng, 0, 512, kind == MixerKind::kAftLocal ? 96 : 300);
-    if (kind != MixerKind::kAftFull)  // AFT-full takes no window: every position
+    if (kind != MixerKind::kAftFull) {  // AFT-full takes no window: every position
       ASSERT_EQ(m.cfg.layers.at(0).window, kind == MixerKind::kAftLocal ? 96 : 300);
+    }
     CpuBackendOptions o;
     o.pool_bytes = 64 << 20;
     o.threads = 2;

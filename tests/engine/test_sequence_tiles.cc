@@ -270,10 +270,14 @@ TEST(SequenceTiles, SequencesABlock) {
           ASSERT_GE(rows, 1);
           ASSERT_LE(rows, std::min(kSeqMaxRows, sequences));
           ASSERT_LE(rows * split_gemv_padded(k), kSeqRowFloats) << k;
-          if (wanted > 0) ASSERT_LE(rows, wanted);
+          if (wanted > 0) {
+            ASSERT_LE(rows, wanted);
+          }
           // One wave where the limits allow it; no more rows than that needs.
           const int fit = std::min({kSeqMaxRows, kSeqRowFloats / split_gemv_padded(k), sequences});
-          if (wanted == 0) ASSERT_EQ(rows, std::min(fit, (sequences + sms - 1) / sms));
+          if (wanted == 0) {
+            ASSERT_EQ(rows, std::min(fit, (sequences + sms - 1) / sms));
+          }
         }
 }
 
