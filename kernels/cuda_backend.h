@@ -134,7 +134,7 @@ struct CudaBackendOptions {
   // MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS the largest batch. Off by default until it has passed on a
   // GPU.
   bool sequence_blocks = false;
-  // With sequence_blocks: the sequences one block takes (1 … 4; kernels/sequence_tiles.h's
+  // With sequence_blocks: the sequences one block takes (1 or 2; kernels/sequence_tiles.h's
   // seq_rows_per_block), its rows sharing each weight the block streams — the same bits. 0: as
   // few as keep the blocks to one wave (2 at batch 256 on 132 multiprocessors).
   // MIXSERVE_CUDA_SEQUENCES_PER_BLOCK overrides.

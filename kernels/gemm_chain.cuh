@@ -158,8 +158,8 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
     // One block a sequence reads the weights' sequence-block tiles (sequence_tiles.h).
     const void* w = plan.sequences > 0 ? k.w.seq_tiles : k.w.w;
     c.phase[p] = {
-        k.in, static_cast<const WT*>(w), k.w.bias, k.w.group_scales(), k.w.output_scales(), k.M,
-        k.out};
+        k.in,  static_cast<const WT*>(w), k.w.bias, k.w.group_scales(), k.w.output_scales(), k.M,
+        k.out, k.w.ordered_sums};
   }
   if (plan.sequences > 0) {
     if constexpr (std::is_same_v<WT, gemm_parts::PackedInt4>)

@@ -23,6 +23,7 @@ struct ChainPhase {
   const float* output_scales;  // int8
   int M;
   GemmOut out;
+  bool ordered;  // DevMatrix::ordered_sums: the K-chunked order (a sequence kernel's SeqSum)
 };
 
 // Passed by value (kernel parameters: captured with the launch in a CUDA graph).

@@ -1,18 +1,19 @@
 // One block per sequence (CudaBackendOptions::sequence_blocks; kernels/sequence_tiles.h says why
 // and lays out the weights): a run of projections and element-wise cores that a GemmChainScope kept
-// in a pass where every sequence has one row (decode) runs as one kernel of one block per
-// sequence. Block s runs every phase for row s only — its GEMMs' row s, its cores' items of
-// sequence s, a block core's parts (heads) of sequence s one after another — so it reads only what
-// it wrote itself and __syncthreads() separates the phases.
+// in a pass where every sequence has one row (decode) runs as one kernel of a block for every one
+// or two sequences (seq_rows_per_block). A block runs every phase for its rows only — its GEMMs'
+// rows, its cores' items of its sequences, a block core's parts (heads) one after another — so it
+// reads only what it wrote itself and __syncthreads() separates the phases.
 // The step's weights stream through a ring of kSeqSlots shared-memory slots, tile after tile in
 // the order the phases use them, kSeqSlots − 1 tiles in flight across phase and layer boundaries
 // (with early_weights the first before the wait for the previous kernel).
 //
-// Bits: an output is one FMA chain over k = 0…K−1 from +0 on the row layer-normed as PlainLoader
-// does (ordered_chunk::copy_rows), finished by finish_with (finish()'s arithmetic on operands
-// loaded at the phase's start): the bits of gemv.cu and the tiled kernel
-// (tests: SequenceTiles.* on the CPU, SequenceBlocksModel.* on a GPU). A core's items run once
-// each, as in its own kernel.
+// Bits: an output's terms k = 0…K−1 on the row layer-normed as PlainLoader does
+// (ordered_chunk::copy_rows) are summed in order in the GEMM's order (SeqSum: one FMA chain from
+// +0, or the K-chunked order; SHE's lag groups), finished by finish_with (finish()'s arithmetic on
+// operands loaded at the phase's start): the bits of gemv.cu, gemv_ordered.cu, the tiled kernel and
+// gemm_lags (tests: SequenceTiles.* on the CPU, SequenceBlocksModel.* and SequenceBlocksLag.* on a
+// GPU). A core's items run once each, as in its own kernel.
 #pragma once
 
 #include <cuda_pipeline.h>
@@ -79,7 +80,8 @@ template <typename WT>
 __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, int M,
                                          SeqCursor& copy, float* stats) {
   constexpr int kTerms = 128 / weight_bits<WT>();
-  static_assert(kLagChunk % kTerms == 0, "a lag chunk begins with a piece");
+  static_assert(kSumChunk % kTerms == 0, "a chunk of the K-chunked order begins with a piece");
+  static_assert(kLagChunk == kSumGroupK, "SHE's partial sums are the order's groups (SeqSum)");
   const ChainPhase<WT>& ph = c.phase[p];
   const SeqTiles t = tiles_of(c, p);
   const int K = t.k, row_floats = split_gemv_padded(K);
@@ -97,26 +99,17 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
   ordered_chunk::copy_rows(a, As, row_floats, M, K,
                            K <= kSeqNormStageK ? As + kSeqRowFloats : nullptr,
                            m0);  // ends with a barrier
-  // SHE's gathered lag rows (GemmIn::lag_pos): each chunk of kLagChunk one FMA chain from +0 (acc),
-  // the first `lag_chunks` of them — those the row's history reaches — added in order into
-  // `chunks`, as lag_reduce_kernel adds gemm_lags' partial sums; none: one chain over all of K.
-  const bool lag = ph.in.lag_pos != nullptr;
-  int lag_chunks[kSeqMaxRows];
-  float acc[kSeqMaxRows], chunks[kSeqMaxRows];
+  // Each row's sum in the phase's order (SeqSum): the default chain or the K-chunked order; for
+  // SHE's gathered lag rows (GemmIn::lag_pos) only the groups of kLagChunk its history reaches.
+  const bool ordered = ph.ordered;
+  SeqSum sums[kSeqMaxRows];
+  int groups[kSeqMaxRows];
 #pragma unroll
   for (int r = 0; r < kSeqMaxRows; ++r) {
     const int terms =
-        lag && r < M ? min(ph.in.lag_pos[m0 + r] + 1, ph.in.lag_window) * ph.in.lag_d : 0;
-    lag_chunks[r] = (terms + kLagChunk - 1) / kLagChunk;
-    acc[r] = chunks[r] = 0.0f;
+        ph.in.lag_pos && r < M ? min(ph.in.lag_pos[m0 + r] + 1, ph.in.lag_window) * ph.in.lag_d : 0;
+    groups[r] = ph.in.lag_pos ? (terms + kLagChunk - 1) / kLagChunk : -1;
   }
-  auto end_chunk = [&](int c) {  // chunk c's chains end
-#pragma unroll
-    for (int r = 0; r < kSeqMaxRows; ++r) {
-      if (c < lag_chunks[r]) chunks[r] = c == 0 ? acc[r] : __fadd_rn(chunks[r], acc[r]);
-      acc[r] = 0.0f;
-    }
-  };
   for (int tile = 0; tile < t.tiles(); ++tile) {
     // The run's tile to sum now: the copies run kSeqSlots − 1 tiles ahead of the sums.
     const int summed = copy.index - (kSeqSlots - 1);
@@ -130,7 +123,8 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
     for (int j = 0; j < t.units_of(kt); ++j) {
       const uint4 v = w[j * rows + i];
       const int k0 = t.first_term(kt, j);  // a multiple of kTerms: 4 terms of A are 16 bytes
-      if (lag && k0 > 0 && k0 % kLagChunk == 0) end_chunk(k0 / kLagChunk - 1);
+#pragma unroll
+      for (int r = 0; r < kSeqMaxRows; ++r) sums[r].before(k0, ordered, groups[r]);
 #pragma unroll
       for (int q = 0; q < kTerms / 4; ++q) {
         float wq[4];
@@ -144,18 +138,18 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
           const float a[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            if (k0 + 4 * q + e < K) acc[r] = __fmaf_rn(a[e], wq[e], acc[r]);
+            if (k0 + 4 * q + e < K) sums[r].fma(a[e], wq[e]);
         }
       }
     }
     if (kt + 1 == t.k_tiles()) {
-      if (lag) end_chunk((K - 1) / kLagChunk);
 #pragma unroll
       for (int r = 0; r < kSeqMaxRows; ++r) {
         if (r >= M) break;
         // finish()'s arithmetic
-        finish_with(ph.out, fin[r], m0 + r, nb * kSeqThreads + i, lag ? chunks[r] : acc[r]);
-        acc[r] = 0.0f;
+        finish_with(ph.out, fin[r], m0 + r, nb * kSeqThreads + i,
+                    sums[r].total(K, ordered, groups[r]));
+        sums[r] = SeqSum{};
       }
     }
   }
@@ -185,9 +179,9 @@ __global__ void __launch_bounds__(kSeqThreads, 1)
 
 // Whether `w` may be one of a sequence kernel's GEMMs in a pass of M rows for `sequences`
 // sequences: its tiles uploaded (DevMatrix::seq_tiles: float32, float16, bfloat16 or int8, small
-// enough, K ≤ kSeqMaxK), every sequence one row, the one-FMA-chain order.
+// enough, K ≤ kSeqMaxK), every sequence one row, summed in either order (SeqSum).
 inline bool sequence_blocks_apply(const DevMatrix& w, int M, int sequences) {
-  return w.seq_tiles && M == sequences && !w.ordered_sums && !w.tensor_cores;
+  return w.seq_tiles && M == sequences && !w.tensor_cores;
 }
 
 template <typename WT, typename Cores>

@@ -19,8 +19,9 @@
 // of row nb·T + i covering terms (kt·units + j)·tpu … + tpu − 1, at byte (j·rows + i)·16 — so a
 // warp's 32 threads read 32 consecutive 16-byte pieces (no bank conflict), and a tile fits a slot.
 // Tiles are stored n-block by n-block, each n-block's k-tiles in order, so an output's terms come
-// in order k = 0…K−1 and each output is one FMA chain from +0, as every other kernel sums it in
-// the default order: the same bits (tests: SequenceTiles.* here, SequenceBlocksModel.* on a GPU).
+// in order k = 0…K−1 and a thread sums them as every other kernel does in the GEMM's order (SeqSum:
+// one FMA chain from +0, or the K-chunked order): the same bits (tests: SequenceTiles.* here,
+// SequenceBlocksModel.* on a GPU).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,9 @@ constexpr int64_t kSeqMaxMatrixBytes = 1 << 20;  // larger matrices are not stre
 constexpr int kSeqNormStageK = 1024;
 constexpr int kSeqRowFloats = split_gemv_padded(kSeqMaxK);  // a phase's rows of A
 constexpr int kSeqScratchFloats = kSeqRowFloats + 2 * kSeqNormStageK;
-constexpr int kSeqMaxRows = 4;  // sequences one block may take
+// Sequences one block may take: two keep batch 256 (the most sequence blocks take by default) to
+// one wave on 132 multiprocessors; more would cost each thread registers for every row's sums.
+constexpr int kSeqMaxRows = 2;
 
 // The sequences one block takes (from sequence m0 = block · rows on): `wanted` when set, else as
 // few as keep the blocks to one wave at a block a multiprocessor (`sms`; 217 KB of shared memory
@@ -101,6 +104,44 @@ MIXSERVE_HD constexpr SeqTiles seq_tiles(int n, int k, int bits) {
   t.units = SeqTiles::ceil_div(row_units, k_tiles);
   return t;
 }
+
+// One output's sum as a sequence kernel's thread keeps it for one row, its terms k = 0…K−1 in
+// order (`fma`), in the order of the phase's GEMM:
+//   - the default: one FMA chain from +0 (gemv.cu's, the tiled kernel's);
+//   - `ordered` (DevMatrix::ordered_sums): the K-chunked order, chunks of 64 added left to right
+//     in groups of 256, the groups left to right — OrderedSum's bits (sum_order.h);
+//   - `groups` ≥ 0 (SHE's gathered lag rows): only the first `groups` groups of 256 count, each one
+//     chain (or, ordered, its chunks' sum) added left to right — gemm_lags' split-K partials as
+//     lag_reduce_kernel adds those its row's history reaches; −1: every group.
+// before(k) at the start of every piece of terms (k a multiple of the piece, which divides 64)
+// ends what ended at term k − 1; total(K) after the last term.
+struct SeqSum {
+  float acc = 0.0f, group = 0.0f, all = 0.0f;
+
+  MIXSERVE_HD void fma(float a, float w) { acc = sum_fma(a, w, acc); }
+  MIXSERVE_HD void before(int k, bool ordered, int groups) {
+    if (k == 0) return;
+    if (ordered && k % kSumChunk == 0) end_chunk(k - 1);
+    if ((ordered || groups >= 0) && k % kSumGroupK == 0) end_group(k - 1, ordered, groups);
+  }
+  MIXSERVE_HD float total(int K, bool ordered, int groups) {
+    if (ordered) end_chunk(K - 1);
+    if (!ordered && groups < 0) return acc;
+    end_group(K - 1, ordered, groups);
+    return all;
+  }
+  // The chunk (ordered) or group whose last term is k_last ends.
+  MIXSERVE_HD void end_chunk(int k_last) {
+    group = chunk_opens_group(k_last) ? acc : sum_add(group, acc);
+    acc = 0.0f;
+  }
+  MIXSERVE_HD void end_group(int k_last, bool ordered, int groups) {
+    const int g = k_last / kSumGroupK;
+    const float v = ordered ? group : acc;
+    acc = ordered ? acc : 0.0f;
+    if (groups < 0 || g < groups) all = g == 0 ? v : sum_add(all, v);
+  }
+};
 
 // The kernel's copy cursor: the next tile to copy into the ring — phase `phase`'s tile `tile`
 // (phase == plan.phases: none left) — and its number over the whole run (tile i goes to slot

@@ -53,24 +53,44 @@ TEST_P(SequenceBlocksModel, SameBitsBesideGemmChains) {
   EXPECT_EQ(diff, "") << GetParam();
 }
 
-// Blocks of two and three sequences (sequences_per_block; by default only above one wave, 132
-// sequences on an H100/H200): each weight the ring brings serves every row of the block, and each
-// output of each row is still its own FMA chain — the same bits, with a last block of fewer rows
-// (batches 3, 5, 13) and a sequence alone against among 13.
-TEST_P(SequenceBlocksModel, SeveralSequencesABlockSameBits) {
-  for (int per : {2, 3}) {
+// Blocks of two sequences (sequences_per_block; by default only above one wave, 132 sequences on
+// an H100/H200): each weight the ring brings serves both rows of the block, and each output of each
+// row is still summed on its own — the same bits, with a last block of one row (batches 3, 5, 13)
+// and a sequence alone against among 13.
+TEST_P(SequenceBlocksModel, TwoSequencesABlockSameBits) {
+  OptionBitsSchedule sch;
+  sch.prefill = {{0, 4}};
+  sch.batches = {3, 5, 13};
+  sch.alone_above = 8;
+  sch.seed = 45;
+  auto set = [](CudaBackendOptions& o, bool on) {
+    o.sequence_blocks = on;
+    o.sequences_per_block = on ? 2 : 0;
+  };
+  const std::string diff = option_bits_difference(
+      fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
+      {CudaWeightType::kF16, CudaWeightType::kF32, CudaWeightType::kInt8}, sch);
+  EXPECT_EQ(diff, "") << GetParam();
+}
+
+// In the K-chunked order (ordered_sums on both sides): the sequence kernel sums each output's
+// chunks of 64 and groups of 256 as gemv_ordered.cu and the tiled kernel do (SeqSum), SHE's lag
+// groups as gemm_lags does in that order — the same bits, one and two sequences a block.
+TEST_P(SequenceBlocksModel, SameBitsInTheKChunkedOrder) {
+  for (int per : {1, 2}) {
     OptionBitsSchedule sch;
-    sch.prefill = {{0, 4}};
-    sch.batches = {3, 5, 13};
-    sch.alone_above = 8;
-    sch.seed = 43 + per;
+    sch.prefill = {{0, 5}};
+    sch.batches = {1, 3, 8};
+    sch.alone_above = 4;
+    sch.seed = 47 + per;
     auto set = [per](CudaBackendOptions& o, bool on) {
+      o.ordered_sums = true;
       o.sequence_blocks = on;
       o.sequences_per_block = on ? per : 0;
     };
-    const std::string diff =
-        option_bits_difference(fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
-                               {CudaWeightType::kF16, CudaWeightType::kF32}, sch);
+    const std::string diff = option_bits_difference(
+        fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
+        {CudaWeightType::kF16, CudaWeightType::kBF16, CudaWeightType::kInt8}, sch);
     EXPECT_EQ(diff, "") << GetParam() << ", " << per << " sequences a block";
   }
 }
@@ -121,7 +141,7 @@ TEST_P(SequenceBlocksModel, DecodeStepIsOneKernelPerStretchOfOneCoreSet) {
 // the chunks the row's history reaches, as gemm_lags does; the golden fixtures' K is 256, one
 // chunk. So: random SHE models with d = 64 and W = 20 (K = 1,280: five chunks), three sequences
 // decoded together from position 0 to 40 (histories of 1…5 chunks, then all of the window), the
-// same logits as the default path at every step.
+// same logits as the default path at every step — the second model in the K-chunked order.
 TEST(SequenceBlocksLag, ManyChunksSameBitsAsTheDefaultPath) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   for (const char* name :
@@ -133,10 +153,12 @@ TEST(SequenceBlocksLag, ManyChunksSameBitsAsTheDefaultPath) {
   for (int model = 0; model < 2; ++model) {
     const RandomModel m = random_model(MixerKind::kShe, rng, /*d_model=*/64, /*max_seq_len=*/64,
                                        /*window=*/20);
+    const bool ordered = model == 1;  // the second in the K-chunked order, both sides
     auto make = [&](bool on) {
       CudaBackendOptions o;
       o.pool_bytes = 64 << 20;
       o.weights = CudaWeightType::kF16;
+      o.ordered_sums = ordered;
       o.sequence_blocks = on;
       return std::make_unique<CudaBackend>(m.cfg, m.weights, o);
     };

@@ -2,11 +2,12 @@
 // checked without a GPU: every weight of every shape lands once, where the kernel's thread for its
 // output reads it; the tiles are one contiguous walk through the upload, each fitting a slot, and
 // give an output's terms in order k = 0…K−1; and the kernel's sums — emulated on the host through
-// the same maps, decoding the 16-byte pieces as the kernel does — equal one FMA chain per output
-// over W as stored, bit for bit (the default order every other kernel sums in). And the kernel's
-// schedule: the copy cursor (seq_advance) issues every tile of a run once, in the order the sums
-// take them, each into the slot they read it from, kSeqSlots − 1 ahead across phases and cores,
-// never into the slot being read.
+// the same maps and SeqSum, decoding the 16-byte pieces as the kernel does — equal, bit for bit,
+// one FMA chain per output over W as stored (the default order), the K-chunked order's emulator
+// (OrderedSum), and SHE's lag sums (groups of 256 its history reaches, added in order). And the
+// kernel's schedule: the copy cursor (seq_advance) issues every tile of a run once, in the order
+// the sums take them, each into the slot they read it from, kSeqSlots − 1 ahead across phases and
+// cores, never into the slot being read.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -139,50 +140,111 @@ float stored_weight(const std::vector<unsigned char>& w, int64_t n, int k, int k
   return piece_term(&w[static_cast<size_t>((n * k + kk) * bits / 8)], 0, bits);
 }
 
-TEST(SequenceTiles, TheKernelsWalkGivesOneFmaChainPerOutput) {
+// Random weights of a case as stored (finite halves; any int8) and a row of A.
+struct Operands {
+  std::vector<unsigned char> w;
+  std::vector<float> x;
+};
+Operands random_operands(const Case& c) {
+  std::mt19937 rng(c.n + 7 * c.k + c.bits);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t row_bytes = int64_t{c.k} * c.bits / 8;
+  Operands o;
+  o.w.resize(static_cast<size_t>(c.n * row_bytes));
+  for (int64_t i = 0; i < int64_t{c.n} * c.k; ++i) {
+    unsigned char* at = &o.w[static_cast<size_t>(i * c.bits / 8)];
+    if (c.bits == 32) {
+      const float v = normal(rng);
+      std::memcpy(at, &v, 4);
+    } else if (c.bits == 16) {  // finite halves: sign, exponent 1…29, any mantissa
+      const uint16_t h = static_cast<uint16_t>((rng() & 0x83ff) | ((1 + rng() % 29) << 10));
+      std::memcpy(at, &h, 2);
+    } else {
+      *at = static_cast<unsigned char>(rng());
+    }
+  }
+  o.x.resize(static_cast<size_t>(c.k));
+  for (float& v : o.x) v = normal(rng);
+  return o;
+}
+
+// Every output as sequence_blocks.cuh's run_gemm sums it: tile after tile, each thread's pieces
+// decoded as the kernel decodes them, SeqSum::before at each piece, fma per term, total at the
+// output's last k-tile.
+std::vector<float> kernel_sums(const Case& c, const Operands& o, bool ordered, int groups) {
+  const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
+  const std::vector<unsigned char> tiles = arrange_seq_tiles(o.w.data(), c.n, c.k, c.bits);
+  std::vector<SeqSum> sums(kSeqThreads);
+  std::vector<float> y(static_cast<size_t>(c.n));
+  for (int tile = 0; tile < t.tiles(); ++tile) {
+    const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < t.units_of(kt); ++j) {
+        const unsigned char* piece = &tiles[t.offset(nb, kt) + (int64_t{j} * rows + i) * 16];
+        const int k0 = t.first_term(kt, j);
+        sums[i].before(k0, ordered, groups);
+        for (int e = 0; e < t.terms_per_unit(); ++e)
+          if (k0 + e < c.k) sums[i].fma(o.x[k0 + e], piece_term(piece, e, c.bits));
+      }
+      if (kt + 1 < t.k_tiles()) continue;
+      y[static_cast<size_t>(nb) * kSeqThreads + i] = sums[i].total(c.k, ordered, groups);
+      sums[i] = SeqSum{};
+    }
+  }
+  return y;
+}
+
+bool same_float(float a, float b) {
+  return std::memcmp(&a, &b, 4) == 0;
+}
+
+// The kernel's walk gives each output in the GEMM's order: the default order's one FMA chain
+// (gemv.cu, the tiled kernel), the K-chunked order (OrderedSum: gemv_ordered.cu, the tiled kernel
+// in that order), and SHE's lag rows — gemm_lags' partial sums over groups of 256 (chains, or the
+// chunks' sums in the K-chunked order) of which lag_reduce_kernel adds the first `groups`, those
+// the row's history reaches — each against its own reference, bit for bit.
+TEST(SequenceTiles, TheKernelsWalkSumsInTheGemmsOrder) {
   for (const Case& c : cases()) {
     if (int64_t{c.n} * c.k > 4'000'000) continue;
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k << " bits " << c.bits);
-    std::mt19937 rng(c.n + 7 * c.k + c.bits);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    const int64_t row_bytes = int64_t{c.k} * c.bits / 8;
-    std::vector<unsigned char> w(static_cast<size_t>(c.n * row_bytes));
-    for (int64_t i = 0; i < int64_t{c.n} * c.k; ++i) {
-      unsigned char* at = &w[static_cast<size_t>(i * c.bits / 8)];
-      if (c.bits == 32) {
-        const float v = normal(rng);
-        std::memcpy(at, &v, 4);
-      } else if (c.bits == 16) {  // finite halves: sign, exponent 1…29, any mantissa
-        const uint16_t h = static_cast<uint16_t>((rng() & 0x83ff) | ((1 + rng() % 29) << 10));
-        std::memcpy(at, &h, 2);
-      } else {
-        *at = static_cast<unsigned char>(rng());
-      }
+    const Operands o = random_operands(c);
+    auto weight = [&](int64_t n, int kk) { return stored_weight(o.w, n, c.k, kk, c.bits); };
+    const std::vector<float> chain = kernel_sums(c, o, false, -1),
+                             ordered = kernel_sums(c, o, true, -1);
+    for (int64_t n = 0; n < c.n; ++n) {
+      float want = 0.0f;
+      for (int kk = 0; kk < c.k; ++kk) want = std::fma(o.x[kk], weight(n, kk), want);
+      ASSERT_TRUE(same_float(chain[n], want)) << "one chain, output " << n;
+      const float in_order = dot_in_order<OrderedSum>(
+          o.x.data(), [&](int kk) { return weight(n, kk); }, c.k);
+      ASSERT_TRUE(same_float(ordered[n], in_order)) << "K-chunked, output " << n;
     }
-    std::vector<float> x(static_cast<size_t>(c.k));
-    for (float& v : x) v = normal(rng);
-    const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
-    const std::vector<unsigned char> tiles = arrange_seq_tiles(w.data(), c.n, c.k, c.bits);
-    std::vector<float> acc(kSeqThreads, 0.0f);
-    for (int tile = 0; tile < t.tiles(); ++tile) {
-      const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
-      for (int i = 0; i < rows; ++i) {
-        for (int j = 0; j < t.units_of(kt); ++j) {
-          const unsigned char* piece = &tiles[t.offset(nb, kt) + (int64_t{j} * rows + i) * 16];
-          const int k0 = t.first_term(kt, j);
-          for (int e = 0; e < t.terms_per_unit(); ++e)
-            if (k0 + e < c.k) acc[i] = std::fma(x[k0 + e], piece_term(piece, e, c.bits), acc[i]);
+    const int all_groups = sum_groups(c.k);
+    for (int groups : {0, 1, 2, all_groups}) {
+      if (groups > all_groups) continue;
+      for (bool in_order : {false, true}) {
+        const std::vector<float> y = kernel_sums(c, o, in_order, groups);
+        for (int64_t n = 0; n < c.n; ++n) {
+          float want = 0.0f;  // lag_reduce_kernel: partial[0] + partial[1] + … (groups of them)
+          for (int g = 0; g < groups; ++g) {
+            const int end = std::min(c.k, (g + 1) * kSumGroupK);
+            float partial = 0.0f;
+            if (in_order) {  // the group's OrderedSum (split-K by groups: gemm.cu's grp)
+              OrderedSum s;
+              for (int kk = g * kSumGroupK; kk < end; ++kk) {
+                s.fma(o.x[kk], weight(n, kk));
+                if (ends_chunk(kk, c.k)) s.end_chunk();
+              }
+              partial = s.group_sum();
+            } else {
+              for (int kk = g * kSumGroupK; kk < end; ++kk)
+                partial = std::fma(o.x[kk], weight(n, kk), partial);
+            }
+            want = g == 0 ? partial : sum_add(want, partial);
+          }
+          ASSERT_TRUE(same_float(y[n], want))
+              << (in_order ? "K-chunked" : "chains") << ", " << groups << " groups, output " << n;
         }
-        if (kt + 1 < t.k_tiles()) continue;
-        const int64_t n = int64_t{nb} * kSeqThreads + i;
-        float chain = 0.0f;
-        for (int kk = 0; kk < c.k; ++kk)
-          chain = std::fma(x[kk], stored_weight(w, n, c.k, kk, c.bits), chain);
-        uint32_t a, b;
-        std::memcpy(&a, &acc[i], 4);
-        std::memcpy(&b, &chain, 4);
-        ASSERT_EQ(a, b) << "output " << n;
-        acc[i] = 0.0f;
       }
     }
   }
@@ -257,11 +319,10 @@ TEST(SequenceTiles, SequencesABlock) {
   EXPECT_EQ(seq_rows_per_block(132, 132, 0, 512), 1);
   EXPECT_EQ(seq_rows_per_block(133, 132, 0, 512), 2);
   EXPECT_EQ(seq_rows_per_block(256, 132, 0, 512), 2);  // batch 256 on an H100/H200: 128 blocks
-  EXPECT_EQ(seq_rows_per_block(512, 132, 0, 512), 4);
   EXPECT_EQ(seq_rows_per_block(4096, 132, 0, 512), kSeqMaxRows);
-  EXPECT_EQ(seq_rows_per_block(3, 132, 4, 512), 3);     // wanted, but only three sequences
-  EXPECT_EQ(seq_rows_per_block(256, 132, 4, 2048), 2);  // two rows of 2,048 fill the space
-  EXPECT_EQ(seq_rows_per_block(256, 132, 3, 4096), 1);
+  EXPECT_EQ(seq_rows_per_block(1, 132, 2, 512), 1);     // wanted, but only one sequence
+  EXPECT_EQ(seq_rows_per_block(256, 132, 9, 2048), 2);  // two rows of 2,048 fill the space
+  EXPECT_EQ(seq_rows_per_block(256, 132, 2, 4096), 1);
   for (int sequences = 1; sequences <= 600; sequences += 7)
     for (int sms : {1, 8, 78, 132})
       for (int wanted = 0; wanted <= kSeqMaxRows; ++wanted)
