@@ -329,9 +329,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
       env_switch("MIXSERVE_CUDA_SEQUENCE_BLOCKS", opts.sequence_blocks) && major >= 9;
   dw.use_sequence_blocks(m.sequence_blocks);
   m.sequence_block_rows = env_int("MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS", kSequenceBlockRows);
-  m.sequences_per_block = opts.sequences_per_block;
-  if (std::getenv("MIXSERVE_CUDA_SEQUENCES_PER_BLOCK"))
-    m.sequences_per_block = env_int("MIXSERVE_CUDA_SEQUENCES_PER_BLOCK", 1);
+  m.sequences_per_block = env_int("MIXSERVE_CUDA_SEQUENCES_PER_BLOCK", opts.sequences_per_block);
   if (m.sequences_per_block < 0 || m.sequences_per_block > kSeqMaxRows)
     throw std::invalid_argument("sequences_per_block: 0 (automatic) to " +
                                 std::to_string(kSeqMaxRows));

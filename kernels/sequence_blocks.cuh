@@ -101,7 +101,7 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
                            m0);  // ends with a barrier
   // Each row's sum in the phase's order (SeqSum): the default chain or the K-chunked order; for
   // SHE's gathered lag rows (GemmIn::lag_pos) only the groups of kLagChunk its history reaches.
-  const bool ordered = ph.ordered;
+  const bool ordered = ph.ordered, folds = ordered || ph.in.lag_pos;  // else one chain: no folds
   SeqSum sums[kSeqMaxRows];
   int groups[kSeqMaxRows];
 #pragma unroll
@@ -123,8 +123,10 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
     for (int j = 0; j < t.units_of(kt); ++j) {
       const uint4 v = w[j * rows + i];
       const int k0 = t.first_term(kt, j);  // a multiple of kTerms: 4 terms of A are 16 bytes
+      if (folds) {
 #pragma unroll
-      for (int r = 0; r < kSeqMaxRows; ++r) sums[r].before(k0, ordered, groups[r]);
+        for (int r = 0; r < kSeqMaxRows; ++r) sums[r].before(k0, ordered, groups[r]);
+      }
 #pragma unroll
       for (int q = 0; q < kTerms / 4; ++q) {
         float wq[4];

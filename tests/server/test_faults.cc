@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "mixserve/v1/generation.grpc.pb.h"
@@ -30,6 +31,23 @@ double finished(const ServerProcess& s, const std::string& reason) {
   return metric(curl(s.http_url("/metrics")).body, finished_metric(reason));
 }
 
+// After attempt `attempt` of a request whose client walks away (one request at a time): waits up
+// to 5 s until it has ended and its state is freed — true when it was cancelled (the first such),
+// false when it ran to its length first; nothing when neither happened. One scrape per poll, so
+// that the time a caller measures is the server's more than the polling's.
+std::optional<bool> cancelled_or_ended(const ServerProcess& s, int attempt) {
+  double cancelled = 0;
+  const bool ended = wait_until(
+      [&] {
+        const std::string m = curl(s.http_url("/metrics")).body;
+        cancelled = metric(m, kCancelled);
+        return cancelled + metric(m, kLength) == attempt && metric(m, kRunning) == 0;
+      },
+      std::chrono::seconds(5));
+  if (!ended) return std::nullopt;
+  return cancelled == 1;
+}
+
 TEST(Faults, RestClientThatDisconnectsMidStreamIsCancelledAtOnce) {
   ServerProcess s({"--model", source_dir() + "/models/default"});
   // `head` closes the pipe after the first events; curl dies on its next write and the
@@ -46,19 +64,12 @@ TEST(Faults, RestClientThatDisconnectsMidStreamIsCancelledAtOnce) {
                                 s.http_url("/v1/completions") + " 2>/dev/null | head -c 300");
     EXPECT_NE(out.find("data: {"), std::string::npos) << "the stream had started";
     const auto t0 = std::chrono::steady_clock::now();
-    // One scrape per poll, so that the time measured is the server's more than the polling's.
-    double cancelled = 0;
-    ASSERT_TRUE(wait_until(
-        [&] {
-          const std::string m = curl(s.http_url("/metrics")).body;
-          cancelled = metric(m, kCancelled);
-          return cancelled + metric(m, kLength) == attempt && metric(m, kRunning) == 0;
-        },
-        std::chrono::seconds(5)))
+    const std::optional<bool> cancelled = cancelled_or_ended(s, attempt);
+    ASSERT_TRUE(cancelled)
         << "the request neither ended nor was cancelled, or its state was not freed";
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (cancelled == 1) {
+    if (*cancelled) {
       std::printf("disconnect noticed and state freed %.1f ms after the client left (attempt %d)\n",
                   ms, attempt);
       return;
@@ -91,16 +102,10 @@ TEST(Faults, GrpcClientThatCancelsIsCancelled) {
     while (reader->Read(&r)) {
     }
     const grpc::StatusCode code = reader->Finish().error_code();
-    double cancelled = 0;
-    ASSERT_TRUE(wait_until(
-        [&] {
-          const std::string m = curl(s.http_url("/metrics")).body;
-          cancelled = metric(m, kCancelled);
-          return cancelled + metric(m, kLength) == attempt && metric(m, kRunning) == 0;
-        },
-        std::chrono::seconds(5)))
+    const std::optional<bool> cancelled = cancelled_or_ended(s, attempt);
+    ASSERT_TRUE(cancelled)
         << "the request neither ended nor was cancelled, or its state was not freed";
-    if (cancelled == 1) {
+    if (*cancelled) {
       EXPECT_EQ(code, grpc::StatusCode::CANCELLED);
       return;
     }
