@@ -36,8 +36,8 @@ constexpr GemmTile gemm_tile(int M, int N, int chunks, int multiprocessors) {
 // 64 (the chunk count rounded up to a power of two, at most 256: a thread takes chunks c, c +
 // per_output, ...), `outputs` outputs a block, `threads` = per_output · outputs, between 32 and
 // 256 — about 8 outputs a block, so a block's copy of the rows of A serves several outputs. A
-// block has kSplitGemvBlock threads: `groups` = 256 / threads copies of that shape, copy g summing
-// rows g, g + groups, ... (all its threads copy the rows and sum the norm's stats).
+// block has up to kSplitGemvBlock threads: `groups` = 256 / threads copies of that shape, copy g
+// summing rows g, g + groups, ... (all its threads copy the rows and sum the norm's stats).
 constexpr int kSplitGemvBlock = 256;
 struct SplitGemvShape {
   int per_output, outputs, threads, groups;
@@ -49,6 +49,15 @@ MIXSERVE_HD constexpr SplitGemvShape split_gemv_shape(int K) {
   int threads = per_output * 8;
   threads = threads < 32 ? 32 : threads > kSplitGemvBlock ? kSplitGemvBlock : threads;
   return {per_output, threads / per_output, threads, kSplitGemvBlock / threads};
+}
+// The block launched for blocks of at most M rows: the groups that have a row (min(groups, M)),
+// not all of them. Why: at M = 1 a d = 1,024 projection's shape is 128 threads twice, and the
+// second copy would only wait — its registers and warp slots held, so an SM held two blocks of the
+// large config's projections where it holds five of the used half, and their waves took twice as
+// long (qkv's 384 blocks, fc1's 512, on 132 SMs). The same chunks by the same threads of a group,
+// so the same bits.
+MIXSERVE_HD constexpr int split_gemv_block(const SplitGemvShape& s, int M) {
+  return s.threads * (M < s.groups ? (M < 1 ? 1 : M) : s.groups);
 }
 // Where term k of a row of A sits in that kernel's shared copy: 4 floats of padding after every
 // chunk, so the lanes reading chunks c, c + 1, ... (one 16-byte load each) hit distinct banks.

@@ -12,9 +12,10 @@
 //
 // The rows of A are copied into shared memory once per block and layer-normed there
 // (ordered_chunk::copy_rows: PlainLoader's arithmetic), a chunk's 64 terms padded apart
-// (split_gemv_padded) so a warp's 16-byte reads hit distinct banks. A block is 256 threads, the
-// shape's threads repeated for groups of rows (split_gemv_shape), so at M = 8 a thread sums its
-// chunk for one to four rows instead of eight. It applies while a block's rows fit in 48 KB
+// (split_gemv_padded) so a warp's 16-byte reads hit distinct banks. A block is up to 256 threads,
+// the shape's threads repeated for groups of rows (split_gemv_shape) — as many groups as the
+// block has rows (split_gemv_block) — so at M = 8 a thread sums its chunk for one to four rows
+// instead of eight, and at M = 1 no group waits idle. It applies while a block's rows fit in 48 KB
 // (8·K ≲ 11,500, at fewer rows more) and K is a multiple of 16 (32 for int4: whole groups), so
 // every 16 weights are one or two aligned vector loads; gemm() sends the rest to the tiled kernel,
 // which gives the same bits. Above 8 rows a block per 8 rows trades the tiled kernel's weight
@@ -50,6 +51,19 @@ __device__ __forceinline__ Place place_of(const SplitGemvShape& shape, int M, in
   return {g, j, n, c, n < N && g < M && c < sum_chunks(K)};
 }
 
+// The block's dynamic shared memory: A [M][row_floats], the chunk sums [outputs][C][kRows], then
+// the norm's weights and biases [2][K] when they fit (stage_norm: one round trip for the rows
+// after the wait, the norm's terms copied before it with early_weights, else with the rows).
+struct Smem {
+  float *As, *sums, *norm;
+};
+__device__ __forceinline__ Smem smem_of(const SplitGemvShape& shape, int M, int K) {
+  extern __shared__ float4 smem4[];
+  float* As = reinterpret_cast<float*>(smem4);
+  float* sums = As + M * split_gemv_padded(K);
+  return {As, sums, sums + shape.outputs * sum_chunks(K) * kRows};
+}
+
 template <typename WT>
 __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     gemv_ordered_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
@@ -57,41 +71,43 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
                         const float* __restrict__ output_scales, int rows, int N, int K,
                         SplitGemvShape shape, GemmOut out, bool early_weights, bool stage_norm) {
   auto w = kernel_prologue_into<HeldChunk<WT>>([&](HeldChunk<WT>& held) {
-    // The thread's weights into registers first — no kernel writes them, so with early_weights
-    // before the wait for the previous kernel — in flight while the rows are copied.
-    const Place p = place_of(shape, min(kRows, rows - static_cast<int>(blockIdx.y) * kRows), N, K);
-    if (early_weights && p.sums) held.load(W, group_scales, p.n, p.c, K);
+    // The thread's weights into registers first, and the norm's terms into shared memory — no
+    // kernel writes them, so with early_weights before the wait for the previous kernel — in
+    // flight while the rows are copied.
+    if (!early_weights) return;
+    const int M = min(kRows, rows - static_cast<int>(blockIdx.y) * kRows);
+    const Place p = place_of(shape, M, N, K);
+    if (p.sums) held.load(W, group_scales, p.n, p.c, K);
+    if (stage_norm) stage_norm_async(a.in, K, smem_of(shape, M, K).norm);
   });
   const int m0 = blockIdx.y * kRows, M = min(kRows, rows - m0);  // this block's rows: m0 …
   const Place p = place_of(shape, M, N, K);
   const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
   if (!early_weights && p.sums) w.load(W, group_scales, p.n, p.c, K);
-  // Thread e finishes output (r, nn) — one at most a thread (outputs · 8 ≤ 256: split_gemv_shape)
-  // — and loads what that reads now, beside the weights.
+  // Thread e finishes output (r, nn) — one at most a thread (outputs · M ≤ the block:
+  // split_gemv_block) — and loads what that reads now, beside the weights.
   const int e = threadIdx.x, jj = e / M, r = e % M, nn = blockIdx.x * shape.outputs + jj;
   const bool finishes = e < shape.outputs * M && nn < N;
   FinishInputs fin;
   if (finishes) fin = finish_inputs(out, bias, output_scales, m0 + r, nn);
-  // A [M][row_floats], the chunk sums [outputs][C][kRows], then the norm's weights and biases
-  // [2][K] when they fit (stage_norm: copied with the rows, one round trip for both).
-  extern __shared__ float4 smem4[];
-  float* As = reinterpret_cast<float*>(smem4);
-  float* sums = As + M * row_floats;
+  const Smem sm = smem_of(shape, M, K);
   __shared__ float stats[2 * kRows];
   a.bind(stats, kRows);
-  copy_rows(a, As, row_floats, M, K, stage_norm ? sums + shape.outputs * C * kRows : nullptr, m0);
+  // 16 loads in flight a thread: a batch-1 row of K = 4,096 in one round trip at 256 threads.
+  copy_rows<16>(a, sm.As, row_floats, M, K, stage_norm ? sm.norm : nullptr, m0,
+                stage_norm && early_weights);
   if (p.sums) {
     float acc[kRows];
-    sum_rows(w, As, row_floats, p.c, K, M, acc, p.g, shape.groups);
+    sum_rows(w, sm.As, row_floats, p.c, K, M, acc, p.g, shape.groups);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int row = p.g + i * shape.groups;
-      if (row < M) sums[(p.j * C + p.c) * kRows + row] = acc[i];
+      if (row < M) sm.sums[(p.j * C + p.c) * kRows + row] = acc[i];
     }
   }
   __syncthreads();
   if (finishes)
-    finish_with(out, fin, m0 + r, nn, combine_chunks(sums + jj * C * kRows + r, C, kRows));
+    finish_with(out, fin, m0 + r, nn, combine_chunks(sm.sums + jj * C * kRows + r, C, kRows));
 }
 
 int ordered_gemv_max_rows() {
@@ -123,9 +139,9 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
     launch_kernel(gemv_ordered_kernel<WT>, dim3(ceil_div(w.n, shape.outputs), ceil_div(M, kRows)),
-                  kSplitGemvBlock, smem, stream, a, static_cast<const WT*>(w.w), w.bias,
-                  w.group_scales(), w.output_scales(), M, w.n, w.k, shape, out, w.early_weights,
-                  stage_norm);
+                  split_gemv_block(shape, std::min(M, kRows)), smem, stream, a,
+                  static_cast<const WT*>(w.w), w.bias, w.group_scales(), w.output_scales(), M, w.n,
+                  w.k, shape, out, w.early_weights, stage_norm);
   });
 }
 

@@ -6,6 +6,8 @@
 // FMA chain per row over the chunk's terms from +0: the emulator's chunk sum s_c (ordered_dot).
 #pragma once
 
+#include <cuda_pipeline.h>
+
 #include "kernels/gemm_parts.cuh"
 #include "kernels/gemm_tiles.h"
 
@@ -128,13 +130,16 @@ __device__ __forceinline__ void sum_rows(const HeldChunk<WT>& w, const float* As
 // summed the stats of 8 rows one after another from memory, was 1.6–2.9× the default path's).
 // The same values and stats as a.load(r, r, k) after a.prepare(0, kRows, M): the same bits.
 // Rows m0 … m0 + M − 1 of a's when m0 is given (gemv_ordered.cu's blocks of 8 rows), as rows 0…
-// M − 1 of As.
+// M − 1 of As. `staged`: stage_norm_async already put the norm's weights and biases in flight into
+// norm_stage; only the rows are copied, then those copies waited for. kBatch: loads in flight a
+// thread (one round trip for up to kBatch · blockDim terms).
+template <int kBatch = 8>
 __device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_floats, int M, int K,
-                                          float* norm_stage = nullptr, int m0 = 0) {
-  constexpr int kBatch = 8;
+                                          float* norm_stage = nullptr, int m0 = 0,
+                                          bool staged = false) {
   const GemmIn& in = a.in;
   const bool stage = norm_stage && in.ln_w;
-  const int total = M * K, copies = stage ? total + 2 * K : total, threads = blockDim.x;
+  const int total = M * K, copies = stage && !staged ? total + 2 * K : total, threads = blockDim.x;
   for (int e0 = threadIdx.x; e0 < copies; e0 += threads * kBatch) {
     float v[kBatch];
 #pragma unroll
@@ -156,7 +161,8 @@ __device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_flo
         norm_stage[e - total] = v[u];
     }
   }
-  __syncthreads();  // the raw rows are in
+  if (stage && staged) __pipeline_wait_prior(0);  // this thread's copies of the norm's terms
+  __syncthreads();  // the raw rows are in (and the norm's terms, staged)
   if (!in.ln_w) return;
   a.prepare_from(
       [&](int i) {
@@ -170,6 +176,22 @@ __device__ __forceinline__ void copy_rows(PlainLoader& a, float* As, int row_flo
     v = stage ? a.norm_by(i, v, norm_stage[k], norm_stage[K + k]) : a.norm(i, k, v);
   }
   __syncthreads();  // the normed rows are in
+}
+
+// The norm's weights and biases of a's K terms into norm_stage [2][K] (biases 0 where it has
+// none) with cp.async, by all the block's threads: issued before the wait for the previous kernel
+// (no kernel writes them), so the rows' copy after it is the only round trip a layer-normed
+// projection waits for there. copy_rows(..., staged = true) waits for them.
+__device__ __forceinline__ void stage_norm_async(const GemmIn& in, int K, float* norm_stage) {
+  if (!in.ln_w) return;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    __pipeline_memcpy_async(norm_stage + k, in.ln_w + k, sizeof(float));
+    if (in.ln_b)
+      __pipeline_memcpy_async(norm_stage + K + k, in.ln_b + k, sizeof(float));
+    else
+      norm_stage[K + k] = 0.0f;
+  }
+  __pipeline_commit();
 }
 
 // Whether a matrix's chunks are whole steps of 16-byte loads (and int4 groups whole).

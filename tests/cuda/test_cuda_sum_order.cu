@@ -68,5 +68,57 @@ TEST(OrderedSums, GemmBitsEqualTheHostEmulator) {
   check(CudaWeightType::kF16, 1024, 1088, 512, 1);  // 16 × 17 blocks of 64×64
 }
 
+// gemv_ordered.cu's layer-normed rows (the norm's weights and biases copied into shared memory
+// before the wait for the previous kernel with early_weights, with the rows without it; blocks of
+// only the row groups a pass has) give the tiled kernel's bits in the same order: layer norm with
+// and without biases, RMS norm, rows gathered, K from 128 to 4,096, M 1…9.
+TEST(OrderedSums, SmallBatchKernelNormsRowsAsTheTileDoes) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int K : {128, 1024, 4096}) {
+    const int N = 100, rows_x = 12;
+    std::vector<float> x(static_cast<size_t>(rows_x) * K), w(static_cast<size_t>(N) * K), bias(N),
+        ln_w(K), ln_b(K);
+    for (float& v : x) v = 3.0f + dist(rng);
+    for (float& v : w) v = dist(rng) / 16;
+    for (float& v : bias) v = dist(rng);
+    for (float& v : ln_w) v = 1.0f + dist(rng) / 4;
+    for (float& v : ln_b) v = dist(rng) / 4;
+    DeviceBuffer<float> dx(x.size()), dw_ln(K), db_ln(K), dy(static_cast<size_t>(9) * N);
+    DeviceBuffer<int32_t> drows(rows_x);
+    const std::vector<int32_t> gather = {11, 0, 7, 3, 3, 9, 1, 5, 10, 2, 4, 6};
+    CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dw_ln.get(), ln_w.data(), K * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(db_ln.get(), ln_b.data(), K * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(drows.get(), gather.data(), rows_x * 4, cudaMemcpyHostToDevice));
+    for (int norm = 0; norm < 3; ++norm)  // layer norm, without biases, RMS
+      for (bool gathered : {false, true})
+        for (int M : {1, 2, 3, 8, 9}) {
+          GemmIn in;
+          in.x = dx.get();
+          in.ldx = K;
+          in.rows = gathered ? drows.get() : nullptr;
+          in.ln_w = dw_ln.get();
+          in.ln_b = norm == 0 ? db_ln.get() : nullptr;
+          in.ln_eps = 1e-5f;
+          in.ln_rms = norm == 2;
+          std::vector<std::vector<float>> got;
+          for (int variant = 0; variant < 3; ++variant) {  // tile; gemv with, without early weights
+            DeviceWeights dw(CudaWeightType::kF16);
+            dw.use_ordered_sums(true);
+            dw.use_small_batch_gemv(variant > 0);
+            dw.use_early_weights(variant == 1);
+            const DevMatrix m = dw.matrix(w.data(), bias.data(), N, K);
+            got.push_back(device_gemm(m, in, dy.get(), M));
+          }
+          for (int variant = 1; variant < 3; ++variant)
+            ASSERT_EQ(0, std::memcmp(got[0].data(), got[variant].data(), got[0].size() * 4))
+                << "K " << K << " norm " << norm << (gathered ? " gathered" : "") << " M " << M
+                << " variant " << variant;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace mixserve::cuda

@@ -2,6 +2,7 @@
 // step gives on the H100 (132 multiprocessors) and the rule's properties over many shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -65,10 +66,16 @@ TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
     ASSERT_LE(C, s.per_output) << K << ": one chunk a thread";
     ASSERT_LE(s.outputs * 8, kSplitGemvBlock) << K << ": one output (and row) a thread finishes";
     for (int M = 1; M <= 8; ++M) {
+      // The launched block: the groups that have a row, whole warps, every output and row one
+      // thread to finish it.
+      const int block = split_gemv_block(s, M);
+      ASSERT_EQ(block, s.threads * std::min(s.groups, M)) << K << " " << M;
+      ASSERT_TRUE(block % 32 == 0 && block <= kSplitGemvBlock) << K << " " << M;
+      ASSERT_LE(s.outputs * M, block) << K << " " << M;
       std::vector<int> seen(static_cast<size_t>(s.outputs) * C * M, 0);
-      for (int thread = 0; thread < kSplitGemvBlock; ++thread) {
+      for (int thread = 0; thread < block; ++thread) {
         const int t = thread % s.threads, g = thread / s.threads;
-        if (g >= M) continue;
+        ASSERT_LT(g, M) << "K " << K << " M " << M << ": a group without a row launched";
         for (int c = t % s.per_output; c < C; c += s.per_output)
           for (int i = 0; i < 8; ++i) {
             const int r = g + i * s.groups;
@@ -81,7 +88,11 @@ TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
   EXPECT_EQ(split_gemv_shape(128).groups, 8);    // d = 128 at M = 8: a row a thread
   EXPECT_EQ(split_gemv_shape(128).outputs, 16);  // d = 128: 16 outputs, 2 threads each
   EXPECT_EQ(split_gemv_shape(512).outputs, 8);
-  EXPECT_EQ(split_gemv_shape(4096).outputs, 4);  // 64 threads an output
+  EXPECT_EQ(split_gemv_shape(4096).outputs, 4);                 // 64 threads an output
+  EXPECT_EQ(split_gemv_block(split_gemv_shape(1024), 1), 128);  // the large config at batch 1
+  EXPECT_EQ(split_gemv_block(split_gemv_shape(1024), 8), 256);
+  EXPECT_EQ(split_gemv_block(split_gemv_shape(128), 1), 32);
+  EXPECT_EQ(split_gemv_block(split_gemv_shape(128), 3), 96);
   EXPECT_LE(split_gemv_smem_floats(8, 1024) * 4, 48 * 1024);
   EXPECT_LE(split_gemv_smem_floats(2, 4096) * 4, 48 * 1024);
 }
