@@ -4,7 +4,10 @@
 // scale once before the bias, int4 ones loaded as scale·q (kernels/sum_order.h), in the same order.
 // Tiles: BM×BN outputs per block, TM×TN per thread (strided, so a warp's shared-memory reads hit
 // distinct banks), BK of K per step, the next step's tile prefetched into registers.
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
 
 #include "kernels/gemm.cuh"
 #include "kernels/gemm_parts.cuh"
@@ -207,6 +210,18 @@ int multiprocessors() {
     return n;
   }();
   return count;
+}
+
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, size_t>, int> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, threads, smem);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  known.emplace(key, blocks);
+  return blocks;
 }
 }  // namespace gemm_parts
 

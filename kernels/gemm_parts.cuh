@@ -44,6 +44,13 @@ namespace gemm_parts {
 // The multiprocessors of the device the process uses (one device: CudaBackendOptions::device);
 // the tile rule (gemm_tiles.h) needs them.
 int multiprocessors();
+// The blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` one
+// multiprocessor holds at once (the runtime's occupancy calculation, remembered per arguments).
+int resident_blocks(const void* kernel, int threads, size_t smem);
+template <typename... Params>
+int resident_blocks(void (*kernel)(Params...), int threads, size_t smem) {
+  return resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem);
+}
 
 __device__ __forceinline__ float widen(float v) {
   return v;

@@ -59,6 +59,16 @@ MIXSERVE_HD constexpr SplitGemvShape split_gemv_shape(int K) {
 MIXSERVE_HD constexpr int split_gemv_block(const SplitGemvShape& s, int M) {
   return s.threads * (M < s.groups ? (M < 1 ? 1 : M) : s.groups);
 }
+// The blocks along x for a projection of `tiles` tiles of outputs, `row_blocks` blocks of 8 rows
+// along y, when a multiprocessor holds `resident` blocks: every tile its own block while they all
+// fit at once, else as many blocks as fit, block b taking tiles b, b + blocks, ...
+// (gemv_ordered.cu's kTiles kernel).
+MIXSERVE_HD constexpr int split_gemv_grid(int tiles, int row_blocks, int resident,
+                                          int multiprocessors) {
+  const int held = (resident < 1 ? 1 : resident) * multiprocessors / row_blocks;
+  const int fit = held < 1 ? 1 : held;
+  return tiles < fit ? tiles : fit;
+}
 // Where term k of a row of A sits in that kernel's shared copy: 4 floats of padding after every
 // chunk, so the lanes reading chunks c, c + 1, ... (one 16-byte load each) hit distinct banks.
 MIXSERVE_HD constexpr int split_gemv_padded(int k) {

@@ -39,15 +39,17 @@ constexpr int kSmemBytes = 48 * 1024;  // without opting in to more
 // split may follow M. MIXSERVE_CUDA_ORDERED_GEMV_ROWS overrides it (≥ 8).
 constexpr int kOrderedGemvMaxRows = 64;
 
-// This thread's place: thread t of row group g (rows g, g + groups, ...) sums chunk c of output
-// n — one chunk a thread (C ≤ per_output: gemv_ordered_applies) — when `sums`.
+// This thread's place in tile `tile` (outputs [tile·outputs, +outputs)): thread t of row group g
+// (rows g, g + groups, ...) sums chunk c of output n — one chunk a thread (C ≤ per_output:
+// gemv_ordered_applies) — when `sums`.
 struct Place {
   int g, j, n, c;
   bool sums;
 };
-__device__ __forceinline__ Place place_of(const SplitGemvShape& shape, int M, int N, int K) {
+__device__ __forceinline__ Place place_of(const SplitGemvShape& shape, int M, int N, int K,
+                                          int tile) {
   const int t = threadIdx.x % shape.threads, g = threadIdx.x / shape.threads;
-  const int j = t / shape.per_output, n = blockIdx.x * shape.outputs + j, c = t % shape.per_output;
+  const int j = t / shape.per_output, n = tile * shape.outputs + j, c = t % shape.per_output;
   return {g, j, n, c, n < N && g < M && c < sum_chunks(K)};
 }
 
@@ -64,7 +66,22 @@ __device__ __forceinline__ Smem smem_of(const SplitGemvShape& shape, int M, int 
   return {As, sums, sums + shape.outputs * sum_chunks(K) * kRows};
 }
 
-template <typename WT>
+// Where the rows of A are: they are loaded into shared memory once, so a later tile's place (the
+// same chunk c and row group g for every tile) is loop-invariant, and without this the compiler
+// kept the 32 shared-memory addresses sum_rows reads hoisted out of the tile loop — f16's kernel
+// then took 154 registers, over the budget. An empty asm statement makes them opaque per tile.
+__device__ __forceinline__ void opaque(int& v) {
+  asm volatile("" : "+r"(v));
+}
+
+// kTiles: the block's tiles are blockIdx.x, + gridDim.x, ... — the grid is at most the blocks the
+// GPU holds at once (gemm_small_batch_ordered), so a projection of more tiles (a vocabulary's
+// logits: 6,283 tiles of 8 outputs for GPT-2's 50,257) copies and norms its rows once per block,
+// not once per tile, and runs no waves of blocks. A later tile's weights are loaded when it
+// begins; the other blocks resident on the multiprocessor keep its loads in flight meanwhile.
+// Without kTiles the block's one tile (the grid has them all), at fewer registers (94 for f16,
+// against 116): five 128-thread blocks an SM, not four.
+template <typename WT, bool kTiles>
 __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     gemv_ordered_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                         const float* __restrict__ group_scales,
@@ -76,38 +93,63 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     // flight while the rows are copied.
     if (!early_weights) return;
     const int M = min(kRows, rows - static_cast<int>(blockIdx.y) * kRows);
-    const Place p = place_of(shape, M, N, K);
+    const Place p = place_of(shape, M, N, K, blockIdx.x);
     if (p.sums) held.load(W, group_scales, p.n, p.c, K);
     if (stage_norm) stage_norm_async(a.in, K, smem_of(shape, M, K).norm);
   });
   const int m0 = blockIdx.y * kRows, M = min(kRows, rows - m0);  // this block's rows: m0 …
-  const Place p = place_of(shape, M, N, K);
-  const int C = sum_chunks(K), row_floats = split_gemv_padded(K);
+  const int C = sum_chunks(K);
+  int row_floats = split_gemv_padded(K);
+  Place p = place_of(shape, M, N, K, blockIdx.x);
   if (!early_weights && p.sums) w.load(W, group_scales, p.n, p.c, K);
-  // Thread e finishes output (r, nn) — one at most a thread (outputs · M ≤ the block:
-  // split_gemv_block) — and loads what that reads now, beside the weights.
-  const int e = threadIdx.x, jj = e / M, r = e % M, nn = blockIdx.x * shape.outputs + jj;
-  const bool finishes = e < shape.outputs * M && nn < N;
-  FinishInputs fin;
-  if (finishes) fin = finish_inputs(out, bias, output_scales, m0 + r, nn);
+  // Thread e finishes output (r, jj) of each tile — one at most a thread (outputs · M ≤ the
+  // block: split_gemv_block) — and loads what that reads with the tile's weights.
+  const int e = threadIdx.x, jj = e / M, r = e % M;
+  auto finish_inputs_of = [&](int tile) {
+    FinishInputs f;
+    const int nn = tile * shape.outputs + jj;
+    if (e < shape.outputs * M && nn < N) f = finish_inputs(out, bias, output_scales, m0 + r, nn);
+    return f;
+  };
+  FinishInputs fin = finish_inputs_of(blockIdx.x);
   const Smem sm = smem_of(shape, M, K);
   __shared__ float stats[2 * kRows];
   a.bind(stats, kRows);
   // 16 loads in flight a thread: a batch-1 row of K = 4,096 in one round trip at 256 threads.
   copy_rows<16>(a, sm.As, row_floats, M, K, stage_norm ? sm.norm : nullptr, m0,
                 stage_norm && early_weights);
-  if (p.sums) {
-    float acc[kRows];
-    sum_rows(w, sm.As, row_floats, p.c, K, M, acc, p.g, shape.groups);
+  auto sum_tile = [&](int tile) {
+    if (p.sums) {
+      float acc[kRows];
+      sum_rows(w, sm.As, row_floats, p.c, K, M, acc, p.g, shape.groups);
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int row = p.g + i * shape.groups;
-      if (row < M) sm.sums[(p.j * C + p.c) * kRows + row] = acc[i];
+      for (int i = 0; i < kRows; ++i) {
+        const int row = p.g + i * shape.groups;
+        if (row < M) sm.sums[(p.j * C + p.c) * kRows + row] = acc[i];
+      }
+    }
+    __syncthreads();  // every chunk sum of the tile is in
+    const int nn = tile * shape.outputs + jj;
+    if (e < shape.outputs * M && nn < N)
+      finish_with(out, fin, m0 + r, nn, combine_chunks(sm.sums + jj * C * kRows + r, C, kRows));
+  };
+  if constexpr (!kTiles) {
+    sum_tile(blockIdx.x);
+  } else {
+    const int tiles = (N + shape.outputs - 1) / shape.outputs;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      if (tile != blockIdx.x) {  // a later tile: its weights and finishing operands now
+        __syncthreads();         // the previous tile's sums are read: free for this one's
+        p = place_of(shape, M, N, K, tile);
+        opaque(p.c);
+        opaque(p.g);
+        opaque(row_floats);
+        if (p.sums) w.load(W, group_scales, p.n, p.c, K);
+        fin = finish_inputs_of(tile);
+      }
+      sum_tile(tile);
     }
   }
-  __syncthreads();
-  if (finishes)
-    finish_with(out, fin, m0 + r, nn, combine_chunks(sm.sums + jj * C * kRows + r, C, kRows));
 }
 
 int ordered_gemv_max_rows() {
@@ -138,8 +180,17 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
   const size_t smem = static_cast<size_t>(stage_norm ? staged : floats) * sizeof(float);
   with_weight_type(w.type, [&](auto weight) {
     using WT = decltype(weight);
-    launch_kernel(gemv_ordered_kernel<WT>, dim3(ceil_div(w.n, shape.outputs), ceil_div(M, kRows)),
-                  split_gemv_block(shape, std::min(M, kRows)), smem, stream, a,
+    const int block = split_gemv_block(shape, std::min(M, kRows)),
+              tiles = ceil_div(w.n, shape.outputs);
+    // Tiles beyond what the GPU holds at once (with the row blocks of grid y) are taken by the
+    // blocks in turn.
+    const int row_blocks = ceil_div(M, kRows),
+              blocks = split_gemv_grid(tiles, row_blocks,
+                                       resident_blocks(gemv_ordered_kernel<WT, true>, block, smem),
+                                       multiprocessors());
+    const auto kernel =
+        tiles > blocks ? gemv_ordered_kernel<WT, true> : gemv_ordered_kernel<WT, false>;
+    launch_kernel(kernel, dim3(blocks, row_blocks), block, smem, stream, a,
                   static_cast<const WT*>(w.w), w.bias, w.group_scales(), w.output_scales(), M, w.n,
                   w.k, shape, out, w.early_weights, stage_norm);
   });

@@ -63,6 +63,10 @@ TEST(OrderedSums, GemmBitsEqualTheHostEmulator) {
     for (int K : {64, 128, 200, 256, 300, 512, 1024, 4096})
       for (int M : {1, 3, 8, 9, 21, 64})  // gemv_ordered.cu's blocks of 8 rows up to 64
         for (bool gemv : {false, true}) check(t, M, 96, K, 7 * K + M, gemv);
+  // gemv_ordered.cu's blocks walking several tiles each (more tiles than the GPU holds at once:
+  // GPT-2's logits, 6,283 tiles of 8 outputs), rows of one and two blocks of 8.
+  for (int M : {1, 3, 9}) check(CudaWeightType::kF16, M, 50257, 768, 11 + M, true);
+  check(CudaWeightType::kBF16, 2, 50257, 768, 3, true);
   // The tiles above 16×16 (kernels/gemm_tiles.h, with the H100's or H200's 132 multiprocessors):
   check(CudaWeightType::kF16, 256, 640, 512, 1);    // 8 × 20 blocks of 32×32
   check(CudaWeightType::kF16, 1024, 1088, 512, 1);  // 16 × 17 blocks of 64×64
@@ -70,14 +74,17 @@ TEST(OrderedSums, GemmBitsEqualTheHostEmulator) {
 
 // gemv_ordered.cu's layer-normed rows (the norm's weights and biases copied into shared memory
 // before the wait for the previous kernel with early_weights, with the rows without it; blocks of
-// only the row groups a pass has) give the tiled kernel's bits in the same order: layer norm with
-// and without biases, RMS norm, rows gathered, K from 128 to 4,096, M 1…9.
+// only the row groups a pass has; blocks that walk several tiles) give the tiled kernel's bits in
+// the same order: layer norm with and without biases, RMS norm, rows gathered, K from 128 to 4,096,
+// M 1…9.
 TEST(OrderedSums, SmallBatchKernelNormsRowsAsTheTileDoes) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int K : {128, 1024, 4096}) {
-    const int N = 100, rows_x = 12;
+    // At K = 1,024 more tiles (750 of 8 outputs) than an H100/H200 holds at once: blocks walk
+    // several each.
+    const int N = K == 1024 ? 6000 : 100, rows_x = 12;
     std::vector<float> x(static_cast<size_t>(rows_x) * K), w(static_cast<size_t>(N) * K), bias(N),
         ln_w(K), ln_b(K);
     for (float& v : x) v = 3.0f + dist(rng);

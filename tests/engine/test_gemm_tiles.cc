@@ -97,6 +97,27 @@ TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
   EXPECT_LE(split_gemv_smem_floats(2, 4096) * 4, 48 * 1024);
 }
 
+// gemv_ordered.cu's grid: one block a tile while they all fit on the GPU at once, else the blocks
+// that fit, whose strided walks (b, b + blocks, ...) take every tile exactly once.
+TEST(GemmTiles, SplitGemvGridTakesEveryTileOnce) {
+  for (int tiles : {1, 7, 96, 384, 660, 661, 6283})
+    for (int row_blocks : {1, 2, 8})
+      for (int resident : {0, 1, 4, 5})
+        for (int sms : {1, 114, 132}) {
+          const int blocks = split_gemv_grid(tiles, row_blocks, resident, sms);
+          ASSERT_GE(blocks, 1);
+          ASSERT_LE(blocks, tiles);
+          const int held = std::max(1, std::max(1, resident) * sms / row_blocks);
+          ASSERT_EQ(blocks, std::min(tiles, held)) << tiles << " " << row_blocks << " " << resident;
+          std::vector<int> taken(tiles, 0);
+          for (int b = 0; b < blocks; ++b)
+            for (int t = b; t < tiles; t += blocks) ++taken[t];
+          for (int t = 0; t < tiles; ++t) ASSERT_EQ(taken[t], 1) << tiles << " " << blocks;
+        }
+  EXPECT_EQ(split_gemv_grid(6283, 1, 5, 132), 660);  // GPT-2's logits at batch 1 on an H100/H200
+  EXPECT_EQ(split_gemv_grid(384, 1, 5, 132), 384);   // the large config's qkv: one block a tile
+}
+
 // The padding puts the 16-byte reads of 8 lanes at chunks c … c + 7 (same offset in each) on 8
 // distinct groups of 4 banks, so a quarter-warp's read is one transaction.
 TEST(GemmTiles, SplitGemvPaddingSpreadsChunksOverTheBanks) {
