@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/gemm_parts.cuh"
+#include "kernels/mma_sync.cuh"
 
 namespace mixserve::cuda {
 
@@ -26,42 +27,8 @@ constexpr int BM = 64, BN = 64, BK = 32, kThreads = 128;
 // touches fall in 32 distinct banks, and every 32-bit load stays 4-byte aligned.
 constexpr int kRow = BK + 8;
 
-template <typename WT>
-struct Mma;
-
-template <>
-struct Mma<__half> {
-  static __device__ uint16_t bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
-  static __device__ void run(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-
-template <>
-struct Mma<__nv_bfloat16> {
-  static __device__ uint16_t bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-  static __device__ void run(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-
-__device__ __forceinline__ uint32_t pair(const uint16_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// Fragment layout of m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), g = lane / 4,
-// t = lane % 4: A regs {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)} of the 16×16 tile;
-// B regs {(k 2t..2t+1, n g), (k 2t+8.., n g)}; C {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
-// B is "col": element (k, n) at n·K + k, exactly W[n, k] — the weights need no transpose.
+// The fragments' places are mma_sync.cuh's maps. B is "col": element (k, n) at n·K + k, exactly
+// W[n, k] — the weights need no transpose.
 template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     gemm_tc_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias, int M,
@@ -75,7 +42,6 @@ __global__ void __launch_bounds__(kThreads)
   a.prepare(m0, BM, M);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // the warp's 32×32 of the tile
-  const int g = lane / 4, t = lane % 4;
   const uint16_t* Wbits = reinterpret_cast<const uint16_t*>(W);
 
   float acc[2][4][4];
@@ -102,19 +68,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[2][4], bf[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const int r = wm + mi * 16 + g;
-        af[mi][0] = pair(&As[r][kk + 2 * t]);
-        af[mi][1] = pair(&As[r + 8][kk + 2 * t]);
-        af[mi][2] = pair(&As[r][kk + 2 * t + 8]);
-        af[mi][3] = pair(&As[r + 8][kk + 2 * t + 8]);
-      }
+      for (int mi = 0; mi < 2; ++mi) mma_load_a(af[mi], &As[wm + mi * 16][kk], kRow, lane);
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int c = wn + ni * 8 + g;
-        bf[ni][0] = pair(&Bs[c][kk + 2 * t]);
-        bf[ni][1] = pair(&Bs[c][kk + 2 * t + 8]);
-      }
+      for (int ni = 0; ni < 4; ++ni) mma_load_b(bf[ni], &Bs[wn + ni * 8][kk], kRow, lane);
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -129,8 +85,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int r = m0 + wm + mi * 16 + g + (c >= 2 ? 8 : 0);
-        const int n = n0 + wn + ni * 8 + 2 * t + (c & 1);
+        const MmaAt at = mma_c_at(lane, c);
+        const int r = m0 + wm + mi * 16 + at.row, n = n0 + wn + ni * 8 + at.col;
         if (r < M && n < N) finish(out, bias, r, n, acc[mi][ni][c]);
       }
 }
