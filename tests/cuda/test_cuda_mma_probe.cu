@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda_backend.h"
@@ -24,6 +25,7 @@
 #include "kernels/device_memory.cuh"
 #include "kernels/mma_model.h"
 #include "kernels/mma_sync.cuh"
+#include "tests/cuda/device_gemm.cuh"
 #include "tests/support/mma_cases.h"
 
 namespace mixserve::cuda {
@@ -64,8 +66,10 @@ uint16_t bits_of<__nv_bfloat16>(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+// The models that give the instruction's bits on the probe's tiles (printed, with the closest
+// when none does).
 template <typename T>
-void probe(const MmaFormat& f) {
+std::vector<MmaModel> probe(const MmaFormat& f) {
   constexpr int kWarps = 2048;
   const MmaTiles t = draw_mma_tiles(f, kWarps, 2026);  // exact in the format: bits_of loses nothing
   std::vector<uint16_t> A(t.A.size()), B(t.B.size());
@@ -87,23 +91,79 @@ void probe(const MmaFormat& f) {
   std::stable_sort(scores.begin(), scores.end(),
                    [](const MmaScore& x, const MmaScore& y) { return x.misses < y.misses; });
   std::string matches;
+  std::vector<MmaModel> fits;
   for (const MmaScore& s : scores)
-    if (s.misses == 0)
+    if (s.misses == 0) {
+      fits.push_back(s.model);
       matches += "\n  " + s.model.name() +
                  (s.skipped ? " (" + std::to_string(s.skipped) + " outputs not comparable)" : "");
+    }
   std::printf("[mma-probe] %s, %zu outputs: %s\n", f.name, D.size(),
               matches.empty() ? "no model gives every output's bits" : "every output's bits from");
   for (size_t i = 0; i < scores.size() && i < (matches.empty() ? 8u : 0u); ++i)
     std::printf("  %s: %s%d misses\n", scores[i].model.name().c_str(),
                 scores[i].misses >= 200 ? "at least " : "", scores[i].misses);
   if (!matches.empty()) std::printf("%s\n", matches.c_str() + 1);
-  EXPECT_FALSE(matches.empty()) << f.name << ": no model of kernels/mma_model.h fits";
+  return fits;
 }
 
 TEST(MmaProbe, AModelGivesTheTensorCoresBits) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  probe<__half>(kMmaF16);
-  probe<__nv_bfloat16>(kMmaBF16);
+  EXPECT_FALSE(probe<__half>(kMmaF16).empty()) << "float16: no model of kernels/mma_model.h fits";
+  EXPECT_FALSE(probe<__nv_bfloat16>(kMmaBF16).empty())
+      << "bfloat16: no model of kernels/mma_model.h fits";
+}
+
+// The tensor-core GEMM (gemm_tensor_cores.cu) in the emulator's terms: each output is the mma's
+// 16-term steps over k = 0, 16, … up to K rounded up to the kernel's K step of 32 (zeros past K),
+// each step the probed model's mma_model_dot with the running sum as its accumulator, on the
+// activations rounded to the weights' type, then + bias. Bit for bit at M 1…130 (one tile shape
+// for all), K on and off the steps.
+template <typename T>
+void gemm_against_emulator(const MmaFormat& f, CudaWeightType type) {
+  const std::vector<MmaModel> fits = probe<T>(f);
+  ASSERT_FALSE(fits.empty()) << f.name << ": no model to emulate";
+  const MmaModel model = fits.front();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const auto& [N, K] : {std::pair{96, 128}, {72, 200}, {640, 512}})
+    for (int M : {1, 5, 64, 130}) {
+      std::vector<float> x(static_cast<size_t>(M) * K), w(static_cast<size_t>(N) * K), bias(N);
+      for (float& v : x) v = dist(rng);
+      for (float& v : w) v = dist(rng) / 16;
+      for (float& v : bias) v = dist(rng);
+      DeviceWeights dw(type);
+      dw.use_tensor_cores(true);
+      const DevMatrix m = dw.matrix(w.data(), bias.data(), N, K);
+      ASSERT_TRUE(m.tensor_cores);
+      DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(M) * N);
+      CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+      const std::vector<float> y = device_gemm(m, dx.get(), dy.get(), M);
+      const int padded = (K + 31) / 32 * 32;
+      for (int r = 0; r < M; ++r)
+        for (int n = 0; n < N; ++n) {
+          float acc = 0.0f;
+          for (int k0 = 0; k0 < padded; k0 += 16) {
+            float a[16], b[16];
+            for (int k = 0; k < 16; ++k) {
+              const bool in = k0 + k < K;
+              a[k] = in ? mma_round_to(f, x[static_cast<size_t>(r) * K + k0 + k]) : 0.0f;
+              b[k] = in ? mma_round_to(f, w[static_cast<size_t>(n) * K + k0 + k]) : 0.0f;
+            }
+            acc = mma_model_dot(model, a, b, acc);
+          }
+          const float want = acc + bias[n], got = y[static_cast<size_t>(r) * N + n];
+          ASSERT_TRUE(mma_same(want, got))
+              << f.name << " (" << model.name() << ") M " << M << " N " << N << " K " << K
+              << " row " << r << " output " << n << ": " << got << " vs " << want;
+        }
+    }
+}
+
+TEST(MmaProbe, TensorCoreGemmBitsEqualTheEmulator) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  gemm_against_emulator<__half>(kMmaF16, CudaWeightType::kF16);
+  gemm_against_emulator<__nv_bfloat16>(kMmaBF16, CudaWeightType::kBF16);
 }
 
 }  // namespace
