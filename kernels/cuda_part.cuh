@@ -5,6 +5,7 @@
 // last GEMM's epilogue.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -70,6 +71,19 @@ inline GemmIn normed_rows_of(const float* x, int64_t ld, const Norm& n) {
 inline GemmOut to(float* y, int64_t ld, Epi epi = Epi::kStore, Act act = Act::kNone,
                   const float* aux = nullptr, int64_t ldaux = 0) {
   return GemmOut{y, ld, aux, ldaux, act, epi};
+}
+
+// Threads of a block that runs one head's recurrence for a sequence's tokens (RetNet, linear
+// attention, Performer): `columns` threads own a column each, and when the head's state is copied
+// into shared memory (`copied` floats; 0 when it stays in the pool) all the threads copy it, a few
+// in flight a thread — so at least one thread per 8 floats (one unrolled batch: the large config's
+// 64 × 64 RetNet state takes 512 threads, one round trip through the page table and one through
+// the pool, where 128 threads took four of each; extra threads add zeros to block_sum's tree,
+// which leaves its bits alone). Whole warps, at least 128, at most 1,024 (more columns throw in
+// the mixer).
+inline int state_block_threads(int columns, int64_t copied) {
+  const int64_t loads = std::min<int64_t>(1024, (copied + 8 * 32 - 1) / (8 * 32) * 32);
+  return std::max<int>({128, (columns + 31) / 32 * 32, static_cast<int>(loads)});
 }
 
 // ops.cu

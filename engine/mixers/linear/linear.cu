@@ -165,7 +165,8 @@ struct LinearCore {
   __device__ void run_block(int s, int hd, float* scratch, double* red) const {
     linear_head(b, pages, qkv, p, s, hd, scratch, red, s_in_scratch, out);
   }
-  bool fits_sequence_block() const { return threads <= kSeqThreads; }
+  // The threads the head needs (a column each); the rest of `threads` only hurry S's copies.
+  bool fits_sequence_block() const { return std::max(p.h, p.m) <= kSeqThreads; }
   void launch_alone(cudaStream_t stream) const {
     launch_kernel(linear_kernel, b.n_seq * parts, threads, smem, stream, b, pages, qkv, p,
                   s_in_smem, out);
@@ -208,11 +209,11 @@ class CudaLinear : public CudaPart {
         p_.maps[i][1] = dw.f32(w.get(p + names[i] + ".bias"), h);
       }
     }
-    threads_ = std::max(128, ceil_div(std::max(h, m), 32) * 32);  // extras help load and store S
-    if (threads_ > 1024)
+    if (std::max(h, m) > 1024)
       throw std::invalid_argument("CUDA linear attention: head or features above 1024");
     const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
     s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;
+    threads_ = state_block_threads(std::max(h, m), s_in_smem_ ? state : 0);  // extras copy S, z
     s_in_scratch_ = small + state <= kSeqScratchFloats;
     smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)

@@ -121,7 +121,8 @@ struct RetnetCore {
   __device__ void run_block(int s, int hd, float* scratch, double* red) const {
     retnet_head(a, s, hd, scratch, red, s_in_scratch);
   }
-  bool fits_sequence_block() const { return threads <= kSeqThreads; }
+  // The threads the head needs (a column each); the rest of `threads` only hurry S's copies.
+  bool fits_sequence_block() const { return std::max(a.sh.hv, a.sh.h / 2) <= kSeqThreads; }
   void launch_alone(cudaStream_t stream) const {
     launch_kernel(retnet_kernel, a.b.n_seq * parts, threads, smem, stream, a, s_in_smem);
   }
@@ -155,7 +156,8 @@ class CudaRetnet : public CudaPart {
     s_in_scratch_ = 2 * sh_.h + int64_t{sh_.h} * sh_.hv <= kSeqScratchFloats;
     // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
     // S.
-    threads_ = std::max(128, ceil_div(std::max(sh_.hv, sh_.h / 2), 32) * 32);
+    threads_ =
+        state_block_threads(std::max(sh_.hv, sh_.h / 2), s_in_smem_ ? int64_t{sh_.h} * sh_.hv : 0);
     smem_ = static_cast<int>((2 * sh_.h + (s_in_smem_ ? sh_.h * sh_.hv : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
       CUDA_CHECK(
