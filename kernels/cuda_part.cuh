@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "engine/model_config.h"
@@ -79,11 +80,25 @@ inline GemmOut to(float* y, int64_t ld, Epi epi = Epi::kStore, Act act = Act::kN
 // in flight a thread — so at least one thread per 8 floats (one unrolled batch: the large config's
 // 64 × 64 RetNet state takes 512 threads, one round trip through the page table and one through
 // the pool, where 128 threads took four of each; extra threads add zeros to block_sum's tree,
-// which leaves its bits alone). Whole warps, at least 128, at most 1,024 (more columns throw in
-// the mixer).
-inline int state_block_threads(int columns, int64_t copied) {
-  const int64_t loads = std::min<int64_t>(1024, (copied + 8 * 32 - 1) / (8 * 32) * 32);
-  return std::max<int>({128, (columns + 31) / 32 * 32, static_cast<int>(loads)});
+// which leaves its bits alone). Whole warps, at least 128, at most `max_threads` — the kernel's
+// cudaFuncAttributes::maxThreadsPerBlock, which its registers bound (RetNet's 96 a thread: 672).
+// Throws std::invalid_argument when the columns alone need more; `what` names the mixer.
+inline int state_block_threads(int columns, int64_t copied, int max_threads, const char* what) {
+  const int most = max_threads / 32 * 32, needed = (columns + 31) / 32 * 32;
+  if (needed > most)
+    throw std::invalid_argument(std::string(what) + ": a head of " + std::to_string(columns) +
+                                " columns needs more threads than its kernel allows (" +
+                                std::to_string(most) + ")");
+  const int64_t loads = (copied + 8 * 32 - 1) / (8 * 32) * 32;
+  return static_cast<int>(std::min<int64_t>(most, std::max<int64_t>({128, needed, loads})));
+}
+// A kernel's largest block (its registers allow fewer than 1,024 threads where it uses more than
+// 64 a thread).
+template <typename... Params>
+int max_block_threads(void (*kernel)(Params...)) {
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return attributes.maxThreadsPerBlock;
 }
 
 // ops.cu

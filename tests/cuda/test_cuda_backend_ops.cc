@@ -4,6 +4,9 @@
 // and off; and at the real width with float16 weights. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cuda_backend.h"
 #include "tests/support/backend_ops.h"
 
@@ -47,6 +50,29 @@ TEST_P(CudaBackendOps, RealWidthHalfWeightsMatchTheFloat64Model) {
     const OpsResult r = check_backend_ops(backend, m, rng, /*sequences=*/3, /*tolerance=*/1e-4);
     EXPECT_EQ(r.failure, "") << "model " << model << ": " << m.config_json;
   }
+}
+
+// A RetNet head wider than its kernel's registers allow a block to be (1,024 value columns at 96
+// registers a thread: 672 threads at most) is refused when the backend loads the model, saying
+// why, instead of failing to launch at the first step.
+TEST(CudaBackendLimits, ARetnetHeadTooWideForItsKernelIsRefusedAtLoad) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(1);
+  for (int tries = 0; tries < 400; ++tries) {
+    RandomModel m = random_model(MixerKind::kRetnet, rng, /*d_model=*/1024);
+    const LayerConfig& l = m.cfg.layers[0];
+    if (l.heads != 1) continue;  // a 1,024-wide head (or 2,048: refused as above 1,024)
+    CudaBackendOptions o;
+    o.pool_bytes = 64 << 20;
+    try {
+      CudaBackend backend(m.cfg, m.weights, o);
+      FAIL() << "loaded: " << m.config_json;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA retnet"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  FAIL() << "no one-head RetNet drawn";
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixers, CudaBackendOps, ::testing::ValuesIn(all_mixer_kinds()),

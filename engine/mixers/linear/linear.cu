@@ -213,7 +213,8 @@ class CudaLinear : public CudaPart {
       throw std::invalid_argument("CUDA linear attention: head or features above 1024");
     const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
     s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;
-    threads_ = state_block_threads(std::max(h, m), s_in_smem_ ? state : 0);  // extras copy S, z
+    threads_ = state_block_threads(std::max(h, m), s_in_smem_ ? state : 0,
+                                   max_block_threads(linear_kernel), "CUDA linear attention");
     s_in_scratch_ = small + state <= kSeqScratchFloats;
     smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)

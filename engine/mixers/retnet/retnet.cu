@@ -157,7 +157,8 @@ class CudaRetnet : public CudaPart {
     // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
     // S.
     threads_ =
-        state_block_threads(std::max(sh_.hv, sh_.h / 2), s_in_smem_ ? int64_t{sh_.h} * sh_.hv : 0);
+        state_block_threads(std::max(sh_.hv, sh_.h / 2), s_in_smem_ ? int64_t{sh_.h} * sh_.hv : 0,
+                            max_block_threads(retnet_kernel), "CUDA retnet");
     smem_ = static_cast<int>((2 * sh_.h + (s_in_smem_ ? sh_.h * sh_.hv : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
       CUDA_CHECK(
