@@ -56,6 +56,22 @@ BENCHMARK(BM_SampleRow)
     ->ArgsProduct({{5000, 50257}, {kGreedy, kTemperature, kTopP, kTopK, kLogprobs}})
     ->Unit(benchmark::kMicrosecond);
 
+// Top-p 0.9 on nearly flat logits (normal, σ = 0.3): the nucleus is most of the vocabulary, the
+// case where the top-p order has to sort nearly everything.
+void BM_SampleRowFlat(benchmark::State& state) {
+  const int vocab = static_cast<int>(state.range(0));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  std::vector<float> z(vocab);
+  for (float& x : z) x = normal(rng);
+  const SamplingParams p = params(kTopP);
+  uint64_t step = 0;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(sample_token(z.data(), vocab, p, {}, step++, false));
+  state.SetLabel("flat, T=1,top_p=0.9");
+}
+BENCHMARK(BM_SampleRowFlat)->Arg(5000)->Arg(50257)->Unit(benchmark::kMicrosecond);
+
 // 64 rows of one step, on a pool of `threads` (1: the calling thread alone).
 void BM_SampleStep64(benchmark::State& state) {
   const int vocab = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));

@@ -35,7 +35,7 @@ struct CudaBackendOptions {
   // 0.01-0.03x at batch 256 (docs/cuda.md).
   bool device_sampling = true;
   // With top-k or top-p the device sampler sorts only the tokens above a probability threshold
-  // that surely holds the kept prefix (kernels/sampling_candidates.h: a histogram of the
+  // that surely holds the kept prefix (engine/sampling_candidates.h: a histogram of the
   // probabilities' exponents), instead of the whole vocabulary; the same tokens. A top-p 0.9 step
   // at batch 1 cost ~190 µs more than the forward pass on an H100 (2026-11-27), most of it the
   // sort of 8,192 entries. MIXSERVE_CUDA_SAMPLE_CANDIDATES=1|0 overrides. Off by default until it

@@ -3,14 +3,14 @@
 // dynamic shared memory when [Vpad] of them fit (Vpad = V rounded up to a power of two, 12 bytes
 // each), else in a per-row global workspace; a bitonic sort orders them only when top-k or top-p
 // needs the order, as the host's partial_sort does — only the tokens above a probability threshold
-// that surely holds the kept prefix (kernels/sampling_candidates.h) when at most
+// that surely holds the kept prefix (engine/sampling_candidates.h) when at most
 // kMaxSortCandidates of them, else the whole vocabulary.
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include "engine/sampling_candidates.h"
 #include "kernels/sampling.cuh"
-#include "kernels/sampling_candidates.h"
 
 namespace mixserve::cuda {
 

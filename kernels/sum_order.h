@@ -18,13 +18,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/host_device.h"  // MIXSERVE_HD
 #include "engine/quantize.h"
 
-#ifdef __CUDACC__
-#define MIXSERVE_HD __host__ __device__
-#else
+#ifndef __CUDACC__
 #include <cmath>
-#define MIXSERVE_HD
 #endif
 
 namespace mixserve::cuda {

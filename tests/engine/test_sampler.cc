@@ -242,6 +242,24 @@ TEST(Sampler, SameTokensAsAFullSortOfTheVocabulary) {
     }
   }
   EXPECT_EQ(checked, 8 * 3 * 4 * 5 * 4 * 8);
+  // GPT-2's vocabulary, where top-p ranks only the histogram's candidates (engine/sampler.cc):
+  // flat to peaked rows, top-p with and without top-k.
+  const int V = 50257;
+  std::vector<float> z(V);
+  for (float scale : {0.05f, 1.0f, 3.0f, 8.0f}) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    for (float& x : z) x = std::round(normal(rng) * 8) / 8;
+    for (float top_p : {0.999f, 0.9f, 0.5f})
+      for (int top_k : {0, 40, 2000}) {
+        SamplingParams p;
+        p.top_p = top_p;
+        p.top_k = top_k;
+        p.seed = static_cast<uint64_t>(top_k) * 7 + 1;
+        for (uint64_t step = 0; step < 3; ++step)
+          ASSERT_EQ(sample_token(z.data(), V, p, {}, step).token, token_by_full_sort(z, p, step))
+              << "V " << V << " scale " << scale << " top_p " << top_p << " top_k " << top_k;
+      }
+  }
   std::vector<float> nan_first = {std::nanf(""), 1.0f, 2.0f};  // max_element keeps a NaN at 0
   SamplingParams greedy;
   greedy.temperature = 0;

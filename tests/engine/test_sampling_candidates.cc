@@ -1,4 +1,4 @@
-// The device sampler's candidate threshold (kernels/sampling_candidates.h), on the CPU: the tokens
+// The device sampler's candidate threshold (engine/sampling_candidates.h), on the CPU: the tokens
 // it sorts for top-k / top-p always hold the prefix the host sampler keeps (engine/sampler.cc's
 // order and its sequential top-p sum), over softmax distributions from flat to one-hot, and at the
 // vocabularies and settings users send they are few enough to sort in shared memory.
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/sampling_candidates.h"
+#include "engine/sampling_candidates.h"
 
 namespace mixserve::cuda {
 namespace {
@@ -59,6 +59,24 @@ TEST(SamplingCandidates, BucketsBoundTheirProbabilities) {
   EXPECT_EQ(prob_bucket(0.5), 0);  // [0.5, 1]
   EXPECT_EQ(prob_bucket(0.4999), 1);
   EXPECT_EQ(prob_bucket(0.0), kProbBuckets - 1);
+  // The host's bucket (the double's exponent bits) is the device's (frexp), at every scale,
+  // subnormals, zero and NaN included.
+  auto by_frexp = [](double p) {
+    if (!(p > 0.0)) return kProbBuckets - 1;
+    int e = 0;
+    std::frexp(p, &e);
+    return std::clamp(-e, 0, kProbBuckets - 1);
+  };
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> frac(0.0, 1.0);
+  std::uniform_int_distribution<int> exp(-1080, 0);
+  for (int i = 0; i < 200000; ++i) {
+    const double p = std::ldexp(frac(rng), exp(rng));
+    ASSERT_EQ(prob_bucket(p), by_frexp(p)) << p;
+  }
+  for (double p :
+       {1.0, 0.5, 0.25, std::ldexp(1.0, -64), std::ldexp(1.0, -63), 5e-324, 0.0, std::nan("")})
+    EXPECT_EQ(prob_bucket(p), by_frexp(p)) << p;
 }
 
 TEST(SamplingCandidates, HoldTheHostsPrefix) {
