@@ -74,15 +74,20 @@ int32_t argmax(const T* v, int64_t n) {
 }
 
 // The chosen token's log-probability and the top-n alternatives, of the model's own distribution
-// (the raw logits: vLLM's default), when asked for.
+// (the raw logits: vLLM's default), when asked for. known_sum ≥ 0: Σ exp(raw − max) in id order,
+// already summed by the caller (at temperature 1 without penalties its softmax is this one, the
+// same terms in the same order: the same double).
 void finish_logprobs(SampledToken& out, int32_t chosen, const float* raw, int vocab,
-                     const SamplingParams& p, bool want_logprob) {
+                     const SamplingParams& p, bool want_logprob, double known_sum = -1.0) {
   out.token = chosen;
   if (!want_logprob && p.logprobs == 0) return;
   thread_local std::vector<int32_t> ids;
   const double raw_max = max_value(raw, vocab);
-  double raw_sum = 0;
-  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(raw[i]) - raw_max);
+  double raw_sum = known_sum;
+  if (raw_sum < 0) {
+    raw_sum = 0;
+    for (int i = 0; i < vocab; ++i) raw_sum += std::exp(static_cast<double>(raw[i]) - raw_max);
+  }
   const double raw_lse = raw_max + std::log(raw_sum);
   out.logprob = static_cast<float>(raw[chosen] - raw_lse);
   if (p.logprobs > 0) {
@@ -227,6 +232,7 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     for (int32_t tok : p.suppressed)
       if (tok >= 0 && tok < vocab) z[tok] = -std::numeric_limits<double>::infinity();
 
+  double softmax_sum = -1.0;    // Σ exp(raw − max) when this path computes it (finish_logprobs)
   if (p.temperature == 0.0f) {  // greedy: lowest id among equal maxima
     chosen = argmax(z.data(), vocab);
   } else {
@@ -237,6 +243,7 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     prob.resize(vocab);
     double sum = 0;
     for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp((z[i] - zmax) / p.temperature));
+    if (p.temperature == 1.0f && !repetition && !presence && !suppress) softmax_sum = sum;
     for (double& v : prob) v /= sum;
     auto better = [&](int32_t a, int32_t b) {
       return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
@@ -269,7 +276,7 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
       }
     }
   }
-  finish_logprobs(out, chosen, raw, vocab, p, want_logprob);
+  finish_logprobs(out, chosen, raw, vocab, p, want_logprob, softmax_sum);
   return out;
 }
 

@@ -19,7 +19,7 @@ class GemmChain {
   GemmChain(int cluster, int sequences, int sequences_per_block) {
     plan_.cluster = cluster;
     plan_.sequences = sequences;
-    plan_.seq_rows = sequences_per_block;
+    plan_.seq_rows_wanted = sequences_per_block;
   }
 
   // Keeps the GEMM (true), or leaves it to gemm() (false; the launch that follows flushes).

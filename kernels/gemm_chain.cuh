@@ -147,8 +147,8 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
   if (plan.sequences > 0) {
     int max_k = 1;
     for (int p = 0; p < plan.phases; ++p) max_k = std::max(max_k, plan.k[p]);
-    c.plan.seq_rows =
-        seq_rows_per_block(plan.sequences, gemm_parts::multiprocessors(), plan.seq_rows, max_k);
+    c.plan.seq_rows = seq_rows_per_block(plan.sequences, gemm_parts::multiprocessors(),
+                                         plan.seq_rows_wanted, max_k);
   }
   c.early_weights = !kept.empty() && kept[0].w.early_weights;
   size_t g = 0;  // the kept GEMMs, in the order of their phases

@@ -65,8 +65,10 @@ struct ChainPlan {
   // > 0: the run is sequence_blocks.cuh's kernel, one block for each of these sequences, instead
   // of one cluster; a block then does every tile of every phase for its sequence's row.
   int sequences = 0;
-  // The sequences a block takes then (seq_rows_per_block, decided at launch): the scope's wish
-  // until then (0: as many as keep the blocks to one wave).
+  // The sequences a block takes then: the scope's wish (CudaBackendOptions::sequences_per_block;
+  // 0: as many as keep the blocks to one wave), and what launch_chain decided from it
+  // (seq_rows_per_block), which the kernel reads.
+  int seq_rows_wanted = 0;
   int seq_rows = 0;
   int phases = 0;
   int n[kChainMaxPhases] = {};

@@ -169,6 +169,29 @@ TEST(Sampler, PenaltiesAndLogprobs) {
   EXPECT_NEAR(s.top[0].second, std::log(prob[0]), 1e-5);
   EXPECT_NEAR(s.logprob, std::log(prob[0]), 1e-5);
   EXPECT_EQ(s.top[1].first, 1);
+  // At temperature 1 the sampler's own softmax sum serves the logprobs: the same bits as the
+  // greedy path's, which sums the raw logits itself (a large row, every token's logprob).
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> big(50257);
+  for (float& x : big) x = normal(rng);
+  SamplingParams t1 = lp, greedy = lp;
+  t1.temperature = 1.0f;
+  t1.top_p = 0.9f;
+  t1.top_k = 20;  // so the drawn token is among the 20 reported
+  t1.logprobs = 20;
+  greedy.logprobs = 20;
+  const SampledToken a = sample_token(big.data(), 50257, t1, {}, 5);
+  const SampledToken b = sample_token(big.data(), 50257, greedy, {}, 5);
+  ASSERT_EQ(a.top.size(), 20u);
+  for (size_t i = 0; i < a.top.size(); ++i) {
+    EXPECT_EQ(a.top[i].first, b.top[i].first);
+    EXPECT_EQ(a.top[i].second, b.top[i].second) << i;  // exactly
+  }
+  const auto drawn = std::find_if(b.top.begin(), b.top.end(),
+                                  [&](const auto& alt) { return alt.first == a.token; });
+  ASSERT_NE(drawn, b.top.end());
+  EXPECT_EQ(a.logprob, drawn->second);
 }
 
 // The token the sampler's definition gives, with the whole vocabulary sorted: the oracle for
