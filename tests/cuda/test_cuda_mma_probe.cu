@@ -107,10 +107,17 @@ std::vector<MmaModel> probe(const MmaFormat& f) {
   return fits;
 }
 
+// The probe's answer, once per process and operand type (both tests read it).
+template <typename T>
+const std::vector<MmaModel>& probed(const MmaFormat& f) {
+  static const std::vector<MmaModel> fits = probe<T>(f);
+  return fits;
+}
+
 TEST(MmaProbe, AModelGivesTheTensorCoresBits) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-  EXPECT_FALSE(probe<__half>(kMmaF16).empty()) << "float16: no model of kernels/mma_model.h fits";
-  EXPECT_FALSE(probe<__nv_bfloat16>(kMmaBF16).empty())
+  EXPECT_FALSE(probed<__half>(kMmaF16).empty()) << "float16: no model of kernels/mma_model.h fits";
+  EXPECT_FALSE(probed<__nv_bfloat16>(kMmaBF16).empty())
       << "bfloat16: no model of kernels/mma_model.h fits";
 }
 
@@ -121,7 +128,7 @@ TEST(MmaProbe, AModelGivesTheTensorCoresBits) {
 // for all), K on and off the steps.
 template <typename T>
 void gemm_against_emulator(const MmaFormat& f, CudaWeightType type) {
-  const std::vector<MmaModel> fits = probe<T>(f);
+  const std::vector<MmaModel>& fits = probed<T>(f);
   ASSERT_FALSE(fits.empty()) << f.name << ": no model to emulate";
   const MmaModel model = fits.front();
   std::mt19937 rng(11);
