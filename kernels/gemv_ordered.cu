@@ -79,8 +79,8 @@ __device__ __forceinline__ void opaque(int& v) {
 // logits: 6,283 tiles of 8 outputs for GPT-2's 50,257) copies and norms its rows once per block,
 // not once per tile, and runs no waves of blocks. A later tile's weights are loaded when it
 // begins; the other blocks resident on the multiprocessor keep its loads in flight meanwhile.
-// Without kTiles the block's one tile (the grid has them all), at fewer registers (94 for f16,
-// against 116): five 128-thread blocks an SM, not four.
+// Without kTiles the block's one tile (the grid has them all), at fewer registers (96 for f16,
+// against 112): five 128-thread blocks an SM, not four.
 template <typename WT, bool kTiles>
 __global__ void __launch_bounds__(kSplitGemvBlock, 1)
     gemv_ordered_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
