@@ -85,9 +85,11 @@ std::vector<MmaModel> probe(const MmaFormat& f) {
   std::vector<float> D(t.C.size());
   CUDA_CHECK(cudaMemcpy(D.data(), dD.get(), D.size() * 4, cudaMemcpyDeviceToHost));
 
-  // Each model against every output, given up after 200 misses (most models miss at once).
+  // Each model against every output, given up after 50 misses (most models miss at once).
+  constexpr int kMaxMisses = 50;
   std::vector<MmaScore> scores;
-  for (const MmaModel& m : mma_models()) scores.push_back(mma_score(m, t.A, t.B, t.C, D, 200));
+  for (const MmaModel& m : mma_models())
+    scores.push_back(mma_score(m, t.A, t.B, t.C, D, kMaxMisses));
   std::stable_sort(scores.begin(), scores.end(),
                    [](const MmaScore& x, const MmaScore& y) { return x.misses < y.misses; });
   std::string matches;
@@ -102,7 +104,7 @@ std::vector<MmaModel> probe(const MmaFormat& f) {
               matches.empty() ? "no model gives every output's bits" : "every output's bits from");
   for (size_t i = 0; i < scores.size() && i < (matches.empty() ? 8u : 0u); ++i)
     std::printf("  %s: %s%d misses\n", scores[i].model.name().c_str(),
-                scores[i].misses >= 200 ? "at least " : "", scores[i].misses);
+                scores[i].misses >= kMaxMisses ? "at least " : "", scores[i].misses);
   if (!matches.empty()) std::printf("%s\n", matches.c_str() + 1);
   return fits;
 }
