@@ -137,9 +137,10 @@ void radix_rank(std::vector<Ranked>& ranked) {
 // sum reaches top_p, into ids[0 … n), n returned. Only tokens that can be in it are ranked: the
 // probabilities' binary-exponent histogram (engine/sampling_candidates.h, the device sampler's
 // rule) gives the top buckets that surely hold it — on a language model's row a few thousand of
-// 50,257 tokens. Their order is then built only as far as the mass needs: the next best chunk
-// (twice the last) is selected and sorted, then summed. The order is strict and total, so the
-// prefix, its order and its sums are a full sort's (Sampler.SameTokensAsAFullSortOfTheVocabulary).
+// 50,257 tokens; the device sampler relies on the same bound. Their order is then built only as far
+// as the mass needs: the next best chunk (twice the last) is selected and sorted, then summed. The
+// order is strict and total, so the prefix, its order and its sums are a full sort's
+// (Sampler.SameTokensAsAFullSortOfTheVocabulary).
 int64_t top_p_prefix(const std::vector<double>& prob, float top_p, int64_t keep,
                      std::vector<int32_t>& ids) {
   const int64_t vocab = static_cast<int64_t>(prob.size());
@@ -154,7 +155,7 @@ int64_t top_p_prefix(const std::vector<double>& prob, float top_p, int64_t keep,
   auto before = [](const Ranked& a, const Ranked& b) {
     return a.p > b.p || (a.p == b.p && a.id < b.id);
   };
-  const int64_t candidates = static_cast<int64_t>(ranked.size()), wanted = keep;
+  const int64_t candidates = static_cast<int64_t>(ranked.size());
   keep = std::min(keep, candidates);
   double mass = 0;
   int64_t n = 0, sorted = 0;
@@ -175,12 +176,6 @@ int64_t top_p_prefix(const std::vector<double>& prob, float top_p, int64_t keep,
       mass += ranked[n++].p;
       reached = mass >= top_p;
     }
-  }
-  if (!reached && n < wanted) {  // the bound held no prefix (never seen): rank every token
-    ranked.clear();
-    for (int64_t i = 0; i < vocab; ++i) ranked.push_back({prob[i], static_cast<int32_t>(i)});
-    std::sort(ranked.begin(), ranked.end(), before);
-    for (mass = 0, n = 0; n < wanted && mass < top_p;) mass += ranked[n++].p;
   }
   ids.resize(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = ranked[i].id;
@@ -237,8 +232,6 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     chosen = argmax(z.data(), vocab);
   } else {
     // Candidates by probability (ties by id), truncated by top-k, top-p, min-p.
-    ids.resize(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
     const double zmax = max_value(z.data(), vocab);
     prob.resize(vocab);
     double sum = 0;
@@ -251,10 +244,12 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     int64_t keep = vocab;
     if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
     const bool need_order = keep < vocab || p.top_p < 1.0f;
-    if (need_order && p.top_p >= 1.0f) {
-      std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), better);
-    } else if (need_order) {
-      keep = top_p_prefix(prob, p.top_p, keep, ids);
+    if (p.top_p < 1.0f) {
+      keep = top_p_prefix(prob, p.top_p, keep, ids);  // the prefix's ids only
+    } else {
+      ids.resize(vocab);
+      std::iota(ids.begin(), ids.end(), 0);
+      if (need_order) std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), better);
     }
     ids.resize(keep);
     if (p.min_p > 0.0f) {

@@ -183,11 +183,12 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
     const int block = split_gemv_block(shape, std::min(M, kRows)),
               tiles = ceil_div(w.n, shape.outputs);
     // Tiles beyond what the GPU holds at once (with the row blocks of grid y) are taken by the
-    // blocks in turn.
-    const int row_blocks = ceil_div(M, kRows),
-              blocks = split_gemv_grid(tiles, row_blocks,
-                                       resident_blocks(gemv_ordered_kernel<WT, true>, block, smem),
-                                       multiprocessors());
+    // blocks in turn. A block an SM always fits: only more tiles than that ask the runtime.
+    const int row_blocks = ceil_div(M, kRows), sms = multiprocessors();
+    const int resident = int64_t{tiles} * row_blocks <= sms
+                             ? 1
+                             : resident_blocks(gemv_ordered_kernel<WT, true>, block, smem);
+    const int blocks = split_gemv_grid(tiles, row_blocks, resident, sms);
     const auto kernel =
         tiles > blocks ? gemv_ordered_kernel<WT, true> : gemv_ordered_kernel<WT, false>;
     launch_kernel(kernel, dim3(blocks, row_blocks), block, smem, stream, a,
