@@ -271,6 +271,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
     m.layouts.push_back(layer_state_layout(cfg, i));
     scratch += pages_holding(m.layouts[i].floats_for(1), m.page_floats);  // one token
   }
+  // Kernels find a float of a layer's state by 32-bit offsets (kernels/page_table.h).
+  for (int32_t pages : most_pages_per_layer(m.layouts, m.page_floats, cfg.max_seq_len))
+    if (int64_t{pages} * m.page_floats > int64_t{UINT32_MAX})
+      throw std::invalid_argument(
+          "a layer's state at max_seq_len would pass 2^32 floats, more than the CUDA backend "
+          "addresses; lower max_seq_len");
   int64_t pool_bytes = opts.pool_bytes;
   if (pool_bytes <= 0) {
     size_t free_b = 0, total_b = 0;

@@ -121,7 +121,7 @@ struct DevBatch {
 //   `padding`, pages no sequence owns, and writes no state (kernels skip it: padding_row()).
 struct DevPages {
   float* pool = nullptr;
-  int32_t page_floats = 0;
+  Divisor page_floats;
   const int32_t* start = nullptr;  // [n_seq + 1]
   const int32_t* pages = nullptr;
   const int32_t* table = nullptr;  // null: page lists
@@ -142,7 +142,7 @@ struct DevPages {
   struct Seq {
     float* pool;
     const int32_t* list;
-    int32_t page_floats;
+    Divisor page_floats;
     int64_t token_base;
     // Address of logical float `flat`; a row-aligned run of ≤ d floats is contiguous.
     __device__ float* at(int64_t flat) const { return pool + page_float(list, page_floats, flat); }

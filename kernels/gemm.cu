@@ -32,7 +32,9 @@ struct LagLoader {
     if (threadIdx.x == 0) k_end = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < bm; i += blockDim.x)
-      if (m0 + i < M) atomicMax(&k_end, min(in.batch.row_pos[m0 + i] + 1, in.window) * in.d);
+      if (m0 + i < M)
+        atomicMax(&k_end, min(in.batch.row_pos[m0 + i] + 1, static_cast<int>(in.window.d)) *
+                              static_cast<int>(in.d.d));
     __syncthreads();
     return k_end;
   }
@@ -153,7 +155,8 @@ __global__ void lag_reduce_kernel(const float* partial, const float* bias,
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(M) * N) return;
   const int r = static_cast<int>(idx / N), n = static_cast<int>(idx % N);
-  const int used = min(in.batch.row_pos[r] + 1, in.window) * in.d;
+  const int used =
+      min(in.batch.row_pos[r] + 1, static_cast<int>(in.window.d)) * static_cast<int>(in.d.d);
   const int chunks = (used + kLagChunk - 1) / kLagChunk;
   float acc = partial[idx];
   for (int c = 1; c < chunks; ++c) acc += partial[static_cast<int64_t>(c) * M * N + idx];

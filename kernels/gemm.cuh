@@ -97,9 +97,9 @@ bool chain_gemm(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M
 // positions back (from this batch's rows or from the ring in the state; zero before position 0).
 struct LagIn {
   DevBatch batch;
-  DevPages pages;    // the ring: slot (position mod W) at floats slot·d
-  const float* src;  // this step's inputs [rows, d]
-  int d, window;
+  DevPages pages;     // the ring: slot (position mod W) at floats slot·d
+  const float* src;   // this step's inputs [rows, d]
+  Divisor d, window;  // d_model and W, the kernels' divisors (kernels/divisor.h)
 };
 constexpr int kLagChunk = 256;  // K per partial sum (a multiple of every tile's BK)
 int lag_chunks(int K);

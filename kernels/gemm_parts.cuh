@@ -31,12 +31,12 @@ void gemm_small_batch_ordered(cudaStream_t stream, const GemmIn& in, const DevMa
 // A[r, k] of SHE's lag matrix (gemm.cuh's gemm_lags): row r's input λ = k / d positions back, from
 // this batch's rows or the ring in the state, zero before position 0.
 __device__ __forceinline__ float lag_term(const LagIn& in, int r, int k) {
-  const int lag = k / in.d, i = k % in.d;
+  const int d = static_cast<int>(in.d.d), lag = static_cast<int>(in.d.div(k)), i = k - lag * d;
   const int pos = in.batch.row_pos[r];
   if (lag > pos) return 0.0f;
   const int s = in.batch.row_seq[r];
-  if (r - lag >= in.batch.row_start[s]) return in.src[static_cast<int64_t>(r - lag) * in.d + i];
-  return *in.pages.at(s, static_cast<int64_t>((pos - lag) % in.window) * in.d + i);
+  if (r - lag >= in.batch.row_start[s]) return in.src[static_cast<int64_t>(r - lag) * d + i];
+  return *in.pages.at(s, static_cast<int64_t>(in.window.mod(pos - lag)) * d + i);
 }
 
 namespace gemm_parts {

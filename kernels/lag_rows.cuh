@@ -12,12 +12,12 @@ namespace mixserve::cuda {
 // one row (a decode pass), so row s is sequence s's.
 struct LagRowCore {
   LagIn in;
-  int K;
+  Divisor K;  // the lag matrix's W·d columns
   float* rows;
 
   __device__ void operator()(int64_t idx) const {
-    const int s = static_cast<int>(idx / K), k = static_cast<int>(idx % K);
-    rows[idx] = lag_term(in, s, k);
+    const uint32_t s = K.div(static_cast<uint32_t>(idx));  // M·K < 2^32: ≤ 512 rows, K ≤ 4,096
+    rows[idx] = lag_term(in, static_cast<int>(s), static_cast<int>(idx - int64_t{s} * K.d));
   }
 };
 
@@ -29,13 +29,13 @@ void gemm_lags_in(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int 
                   const GemmOut& out, float* partial) {
   if (gemm_chain::sequence_chain_open() &&
       sequence_blocks::sequence_blocks_apply(w, M, in.batch.n_seq)) {
-    launch_core<Set>(stream, LagRowCore{in, w.k, partial}, int64_t{M} * w.k);
+    launch_core<Set>(stream, LagRowCore{in, Divisor(w.k), partial}, int64_t{M} * w.k);
     GemmIn rows;
     rows.x = partial;
     rows.ldx = w.k;
     rows.lag_pos = in.batch.row_pos;
-    rows.lag_d = in.d;
-    rows.lag_window = in.window;
+    rows.lag_d = static_cast<int>(in.d.d);
+    rows.lag_window = static_cast<int>(in.window.d);
     if (chain_gemm(stream, rows, w, M, out)) return;
     // Not taken (the run could not hold it): summed from the ring below instead, after the rows.
   }

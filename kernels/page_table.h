@@ -5,14 +5,18 @@
 
 #include <cstdint>
 
-#include "kernels/sum_order.h"  // MIXSERVE_HD
+#include "kernels/divisor.h"
 
 namespace mixserve::cuda {
 
 // Where logical float `flat` of a layer's state lives in the pool, given the sequence's page list
-// for that layer (engine/state_view.h addresses it the same way on the CPU).
-MIXSERVE_HD inline int64_t page_float(const int32_t* list, int32_t page_floats, int64_t flat) {
-  return static_cast<int64_t>(list[flat / page_floats]) * page_floats + flat % page_floats;
+// for that layer (engine/state_view.h addresses it the same way on the CPU). A layer's state is
+// below 2^32 floats (the CUDA backend refuses a model whose state at max_seq_len would not be), so
+// `flat` is divided in 32 bits, by multiplying.
+MIXSERVE_HD inline int64_t page_float(const int32_t* list, const Divisor& page_floats,
+                                      int64_t flat) {
+  const uint32_t f = static_cast<uint32_t>(flat), page = page_floats.div(f);
+  return static_cast<int64_t>(list[page]) * page_floats.d + (f - page * page_floats.d);
 }
 
 // A sequence's page list for one layer in the device-resident block table (BlockTables):

@@ -74,7 +74,7 @@ DevBatch StepData::batch(const DeviceBatchLayout& at) const {
 DevPages StepData::pages(const DeviceBatchLayout& at, int layer) const {
   DevPages pg;
   pg.pool = pool_;
-  pg.page_floats = page_floats_;
+  pg.page_floats = Divisor(page_floats_);
   pg.token_base = token_base_[layer];
   if (tables_) {
     pg.table = table_dev_.get() + tables_->layer_base(layer);

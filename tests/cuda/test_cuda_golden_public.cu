@@ -69,7 +69,7 @@ std::vector<float> run_cuda(const PublicLayer& l, int chunk) {
   const int32_t* starts = b.pos0 + B;
   DevPages pages;
   pages.pool = pool.get();
-  pages.page_floats = page_floats;
+  pages.page_floats = Divisor(page_floats);
   pages.start = starts;
   pages.pages = starts + B + 1;
   pages.token_base = layout.fixed_floats;

@@ -7,6 +7,7 @@
 // each step's packed writes — while padding rows resolve to the padding pages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "engine/device_batch.h"
@@ -47,12 +48,26 @@ TEST(DeviceBatch, RowsOfAMixedBatchWithPadding) {
   EXPECT_THROW(pack_rows(fb, DeviceBatchLayout{3, 2, 2}, meta), std::invalid_argument);
 }
 
+// For pages of any size, and offsets up to the last float below 2^32 (the most a layer may hold:
+// the kernels divide in 32 bits) where the page list stays below 16 MB (pages ≥ 1,024 floats).
 TEST(DeviceBatch, PageFloatIsTheCpuStateViewsAddress) {
-  const int32_t pages[3] = {5, 2, 9};
-  float pool[1];
-  const StateView v{pool, pages, 3, 8, 0};
-  for (int64_t flat = 0; flat < 24; ++flat)
-    EXPECT_EQ(pool + page_float(pages, 8, flat), v.at(flat)) << flat;
+  std::mt19937 rng(3);
+  for (int32_t page_floats : {8, 128, 768, 1000, 1024, 3072, 1 << 20}) {
+    const int32_t n_pages =
+        static_cast<int32_t>(std::min((int64_t{1} << 32) / page_floats, int64_t{1} << 22));
+    std::vector<int32_t> pages(n_pages);
+    for (int32_t& p : pages) p = static_cast<int32_t>(rng() % 100000);
+    float pool[1];
+    const StateView v{pool, pages.data(), n_pages, page_floats, 0};
+    const cuda::Divisor by(page_floats);
+    const int64_t last = int64_t{n_pages} * page_floats - 1;
+    std::vector<int64_t> flats = {last, last - 1, last - page_floats, last - page_floats + 1};
+    for (int64_t flat = 0; flat < 3 * page_floats; ++flat) flats.push_back(flat);
+    for (int i = 0; i < 10000; ++i) flats.push_back(static_cast<int64_t>(rng() % (last + 1)));
+    for (int64_t flat : flats)
+      ASSERT_EQ(pool + page_float(pages.data(), by, flat), v.at(flat))
+          << page_floats << " " << flat;
+  }
 }
 
 // The device's block table as the backend keeps it: reallocated and uploaded whole when the slots

@@ -52,7 +52,8 @@ struct AftLocalCore {
   DevBatch b;
   DevPages pages;
   const float* qkv;
-  int d, window;
+  int d;
+  Divisor window;  // s: a token's ring slot is its position mod s
   const float* pos_bias;
   float* out;
 
@@ -63,27 +64,27 @@ struct AftLocalCore {
   __device__ void run(int64_t idx, const Lanes& lanes) const {
     const SeqChannel at = seq_channel(b, pages, d, idx);
     if (!at.valid) return;  // every lane of the item
-    const int s = at.s, c = at.c;
+    const int s = at.s, c = at.c, W = static_cast<int>(window.d);
     auto ring_k = [&](int pos) {
-      return pages.at(s, static_cast<int64_t>(3 + pos % window) * d + c);
+      return pages.at(s, static_cast<int64_t>(3 + window.mod(pos)) * d + c);
     };
     auto ring_v = [&](int pos) {
-      return pages.at(s, static_cast<int64_t>(3 + window + pos % window) * d + c);
+      return pages.at(s, static_cast<int64_t>(3 + W + window.mod(pos)) * d + c);
     };
     float *pm = pages.at(s, c), *pn = pages.at(s, d + c), *pd = pages.at(s, 2 * d + c);
     float mx = *pm, sn = *pn, sd = *pd;
     for (int r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
       const int pos = b.pos0[s] + (r - b.row_start[s]);
       const float* row = qkv + static_cast<int64_t>(r) * 3 * d;
-      if (pos >= window) absorb(mx, sn, sd, *ring_k(pos), *ring_v(pos));
+      if (pos >= W) absorb(mx, sn, sd, *ring_k(pos), *ring_v(pos));
       lanes.sync();  // every lane has read the leaving token (and the last row's lags)
       if (lanes.leader()) {
         *ring_k(pos) = row[d + c];
         *ring_v(pos) = row[2 * d + c];
       }
       lanes.sync();  // the new token is visible to every lane
-      const int lags = min(pos + 1, window);
-      const float* w = pos_bias + static_cast<int64_t>(pos) * window;
+      const int lags = min(pos + 1, W);
+      const float* w = pos_bias + static_cast<int64_t>(pos) * W;
       float m = mx;
       for (int lag = lanes.lane(); lag < lags; lag += lanes.step())
         m = fmaxf(m, *ring_k(pos - lag) + w[lag]);
@@ -170,6 +171,7 @@ class CudaAft : public CudaPart {
       : kind_(layer.kind),
         d_(static_cast<int>(cfg.d_model)),
         window_(static_cast<int>(layer.window)),
+        ring_(kind_ == MixerKind::kAftLocal ? layer.window : 1),
         l_(static_cast<int>(cfg.max_seq_len)),
         warp_cores_(dw.warp_cores()),
         qkv_(dw.fused(w, p, {"q", "k", "v"}, d_, d_, cfg.bias)),
@@ -188,7 +190,7 @@ class CudaAft : public CudaPart {
       launch_core(st.stream, AftSimpleCore{st.batch, st.pages, qkv, d, mixed}, items);
     } else if (kind_ == MixerKind::kAftLocal) {
       launch_lanes_core(st.stream,
-                        AftLocalCore{st.batch, st.pages, qkv, d, window_, pos_bias_, mixed}, items,
+                        AftLocalCore{st.batch, st.pages, qkv, d, ring_, pos_bias_, mixed}, items,
                         warp_cores_);
     } else {
       launch_core<AftFullCores>(st.stream, StoreKvCore{st.batch, st.pages, qkv, d},
@@ -202,7 +204,9 @@ class CudaAft : public CudaPart {
 
  private:
   MixerKind kind_;
-  int d_, window_, l_;
+  int d_, window_;
+  Divisor ring_;  // AFT-local's window, as its kernel divides by it
+  int l_;
   bool warp_cores_;
   DevMatrix qkv_, o_;
   const float* pos_bias_ = nullptr;

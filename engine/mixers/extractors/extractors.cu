@@ -19,7 +19,8 @@ struct FirCore {
   DevBatch b;
   DevPages pages;
   const float* src;
-  int d, window;
+  int d;
+  Divisor window;  // W: the ring's slot is (position − lag) mod W
   const float* ext;
   bool scalar;
   float* out;
@@ -32,10 +33,11 @@ struct FirCore {
     const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d);
     const int pos = b.row_pos[r], s = b.row_seq[r], first = b.row_start[s];
     float acc = 0.0f;
-    for (int lag = lanes.lane(); lag < window && lag <= pos; lag += lanes.step()) {
+    for (int lag = lanes.lane(); lag < static_cast<int>(window.d) && lag <= pos;
+         lag += lanes.step()) {
       const float v = r - lag >= first
                           ? src[static_cast<int64_t>(r - lag) * d + c]
-                          : *pages.at(s, static_cast<int64_t>((pos - lag) % window) * d + c);
+                          : *pages.at(s, static_cast<int64_t>(window.mod(pos - lag)) * d + c);
       acc += v * (scalar ? ext[lag] : ext[static_cast<int64_t>(lag) * d + c]);
     }
     acc = lanes.sum(acc);
@@ -54,14 +56,16 @@ struct PushRingCore {
   DevBatch b;
   DevPages pages;
   const float* src;
-  int d, window;
+  int d;
+  Divisor window;
 
   __device__ void operator()(int64_t idx) const {
     const int r = static_cast<int>(idx / d), c = static_cast<int>(idx % d), s = b.row_seq[r];
-    if (pages.padding_row(s)) return;             // a padding row writes no state
-    if (r < b.row_start[s + 1] - window) return;  // overwritten later in this same step
+    if (pages.padding_row(s)) return;  // a padding row writes no state
+    if (r < b.row_start[s + 1] - static_cast<int>(window.d)) return;  // overwritten later this step
     const int pos = b.row_pos[r];
-    *pages.at(s, static_cast<int64_t>(pos % window) * d + c) = src[static_cast<int64_t>(r) * d + c];
+    *pages.at(s, static_cast<int64_t>(window.mod(pos)) * d + c) =
+        src[static_cast<int64_t>(r) * d + c];
   }
 };
 
@@ -76,6 +80,7 @@ class CudaExtractor : public CudaPart {
       : kind_(layer.kind),
         d_(static_cast<int>(cfg.d_model)),
         window_(static_cast<int>(layer.window)),
+        ring_(layer.window),
         warp_cores_(dw.warp_cores()) {
     const float* ext = w.get(p + "ext");
     const int64_t d = d_, W = window_;
@@ -113,17 +118,16 @@ class CudaExtractor : public CudaPart {
     float* ext = st.s.mixed;
     const int64_t items = int64_t{rows} * d;  // (row, channel)
     if (kind_ == MixerKind::kShe) {
-      gemm_lags_in<ExtractorCores>(st.stream, LagIn{st.batch, st.pages, src, d, window_},
+      gemm_lags_in<ExtractorCores>(st.stream, LagIn{st.batch, st.pages, src, Divisor(d), ring_},
                                    ext_matrix_, rows, to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
       launch_lanes_core<ExtractorCores>(
-          st.stream, FirCore{st.batch, st.pages, src, d, window_, ext_, me, me ? st.x : ext, me},
+          st.stream, FirCore{st.batch, st.pages, src, d, ring_, ext_, me, me ? st.x : ext, me},
           items, warp_cores_);
     }
     // After every row has read the ring (a barrier or a kernel boundary between the two).
-    launch_core<ExtractorCores>(st.stream, PushRingCore{st.batch, st.pages, src, d, window_},
-                                items);
+    launch_core<ExtractorCores>(st.stream, PushRingCore{st.batch, st.pages, src, d, ring_}, items);
     if (kind_ == MixerKind::kMe) return;
     if (out_.empty()) {
       gemm(st.stream, rows_of(xn, d), adj_, rows, to(st.x, d, Epi::kAddMulAux, Act::kNone, ext, d));
@@ -137,6 +141,7 @@ class CudaExtractor : public CudaPart {
  private:
   MixerKind kind_;
   int d_, window_;
+  Divisor ring_;  // window_, as the kernels divide by it
   bool warp_cores_;
   const float* ext_ = nullptr;
   DevMatrix ext_matrix_, inp_, adj_, out_;
