@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Merges mixserve-cuda-bench's JSON with peer_bench.py's (same run, same GPU), prints the table
-(step time, tokens/s, speed-up over the fastest PyTorch peer of the same mixer) and plots step time
-against batch size per mixer.
-  python3 bench/cuda_plot.py MIXSERVE.json PEER.json OUT_PREFIX   (writes OUT_PREFIX.json/.png)
+"""Merges mixserve-cuda-bench's JSON with the PyTorch peers' (same run, same GPU): peer_bench.py's
+plain loop and bench/torch_peer.py's tuned steps, PEER.json being one file or several joined by
+commas; prints the table (step time, tokens/s, speed-up over the fastest peer of the same mixer and
+batch, and which peer that was) and plots step time against batch size per mixer.
+  python3 bench/cuda_plot.py MIXSERVE.json PEER.json[,PEER2.json] OUT_PREFIX   (writes OUT_PREFIX.json/.png)
 """
 import argparse, json, subprocess, sys
 
@@ -37,25 +38,32 @@ def load_optional(path):
 sampling, tc, tiled, large, large_tc, large_tiled, context = (
     load_optional(p) for p in (args.sampling, args.tc, args.tiled, args.large, args.large_tc, args.large_tiled,
                                args.context))
-try:
-    peer = json.load(open(peer_path))
-except Exception as e:  # the peer run failed: keep our numbers
-    peer = {"error": repr(e)[:200]}
+peer = {"sources": {}}  # every file's cases ("name/B<batch>"), and each file's own fields under sources
+for path in peer_path.split(","):
+    try:
+        got = json.load(open(path))
+    except Exception as e:  # a peer run failed: keep our numbers and the other peers
+        peer["sources"][path] = {"error": repr(e)[:200]}
+        continue
+    peer.update({k: v for k, v in got.items() if "/B" in k})
+    peer["sources"][path] = {k: v for k, v in got.items() if "/B" not in k}
 
 def peer_us(mixer, batch):
-    """Fastest peer step (µs) for this mixer and batch: eager or CUDA graph; GPT-2 for attention."""
-    names = [f"torch_eager_{mixer}/B{batch}", f"torch_cudagraph_{mixer}/B{batch}"]
+    """Fastest peer step (µs) and its name for this mixer and batch: the plain loop eager or in a
+    CUDA graph, the tuned step eager or in a CUDA graph; GPT-2's generate for attention too."""
+    names = [f"{p}_{m}_{mixer}/B{batch}" for p in ("torch", "tuned") for m in ("eager", "cudagraph")]
     if mixer == "attention":
         names.append(f"hf_gpt2_generate/B{batch}")
-    best = [peer[n]["ms_per_step"] * 1e3 for n in names if isinstance(peer.get(n), dict) and "ms_per_step" in peer[n]]
-    return min(best) if best else None
+    best = [(peer[n]["ms_per_step"] * 1e3, n.split("/")[0]) for n in names
+            if isinstance(peer.get(n), dict) and "ms_per_step" in peer[n]]
+    return min(best) if best else (None, None)
 
 rows = []
 for r in ours["results"]:
-    p = peer_us(r["mixer"], r["batch"])
+    p, peer_name = peer_us(r["mixer"], r["batch"])
     dev = r.get("device_us_per_step_median", r["us_per_step_median"])
     rows.append(dict(mixer=r["mixer"], batch=r["batch"], us=r["us_per_step_median"], tok_s=r["tok_s"],
-                     dev_us=dev, dev_tok_s=r["batch"] / dev * 1e6, peer_us=p,
+                     dev_us=dev, dev_tok_s=r["batch"] / dev * 1e6, peer_us=p, peer=peer_name,
                      speedup=(p / r["us_per_step_median"]) if p else None,
                      dev_speedup=(p / dev) if p else None))
 merged = dict(device=ours.get("device"), date=ours.get("date"), commit=args.commit, config=ours.get("config"),
@@ -64,12 +72,14 @@ merged = dict(device=ours.get("device"), date=ours.get("date"), commit=args.comm
 json.dump(merged, open(prefix + ".json", "w"), indent=1)
 
 # us/step: forward() end to end with the logits copied to the host; dev us: the GPU's share.
-print(f"{'mixer':<11}{'batch':>6}{'us/step':>9}{'tok/s':>10}{'dev us':>8}{'dev tok/s':>11}{'peer us':>9}{'x':>6}{'x dev':>7}")
+print(f"{'mixer':<11}{'batch':>6}{'us/step':>9}{'tok/s':>10}{'dev us':>8}{'dev tok/s':>11}{'peer us':>9}{'x':>6}"
+      f"{'x dev':>7}  fastest peer")
 for r in rows:
     ps = f"{r['peer_us']:.0f}" if r["peer_us"] else "-"
     sp = f"{r['speedup']:.1f}" if r["speedup"] else "-"
     dsp = f"{r['dev_speedup']:.1f}" if r["dev_speedup"] else "-"
-    print(f"{r['mixer']:<11}{r['batch']:>6}{r['us']:>9.1f}{r['tok_s']:>10.0f}{r['dev_us']:>8.1f}{r['dev_tok_s']:>11.0f}{ps:>9}{sp:>6}{dsp:>7}")
+    print(f"{r['mixer']:<11}{r['batch']:>6}{r['us']:>9.1f}{r['tok_s']:>10.0f}{r['dev_us']:>8.1f}{r['dev_tok_s']:>11.0f}"
+          f"{ps:>9}{sp:>6}{dsp:>7}  {r['peer'] or '-'}")
 
 def key(r):
     return (r["mixer"], r["batch"])

@@ -31,6 +31,12 @@ def _cat_linears(*linears):
     return w, b
 
 
+def _row(table, pos):
+    """Row pos of a table, as [1, …]: a slice for an int position; for a 0-d tensor one (graph_step.py,
+    whose captured step may not read the position on the host) an index_select."""
+    return table[pos : pos + 1] if isinstance(pos, int) else table.index_select(0, pos.view(1))
+
+
 def _lag_slots(window, max_seq_len):
     """For each position, the ring slots of lags 0, 1, … min(pos+1, window)-1 as an index tensor."""
     return [torch.tensor([(pos - lag) % window for lag in range(min(pos + 1, window))]) for pos in range(max_seq_len)]
@@ -49,12 +55,17 @@ class _Attention:
     def init_state(self, B):
         return {"K": torch.zeros(B, self.n, self.T, self.h), "V": torch.zeros(B, self.n, self.T, self.h)}
 
+    def qkv(self, x, pos):
+        """q, k, v [B, n, 1, h] of the row at pos, RoPE applied."""
+        q, k, v = F.linear(x, self.wqkv, self.bqkv).view(x.shape[0], 3, self.n, 1, self.h).unbind(1)
+        if self.rope:
+            cos, sin = _row(self.cos, pos), _row(self.sin, pos)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q, k, v
+
     def step(self, x, st, pos):
         B = x.shape[0]
-        q, k, v = F.linear(x, self.wqkv, self.bqkv).view(B, 3, self.n, 1, self.h).unbind(1)
-        if self.rope:
-            cos, sin = self.cos[pos : pos + 1], self.sin[pos : pos + 1]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = self.qkv(x, pos)
         st["K"][:, :, pos : pos + 1] = k
         st["V"][:, :, pos : pos + 1] = v
         K, V = st["K"][:, :, : pos + 1], st["V"][:, :, : pos + 1]
@@ -123,6 +134,11 @@ class _AftLocal(_AftSimple):
         st["ring_k"][:, slot], st["ring_v"][:, slot] = k, v
         slots = self.slots[pos]
         logits = st["ring_k"].index_select(1, slots) + self.pos_bias[pos, : len(slots)][None, :, None]
+        return self.output(q, st, logits, slots)
+
+    def output(self, q, st, logits, slots):
+        """The window's weighted mean beside the folded sums: logits [B, L, d] of the ring's slots
+        `slots` (lag order)."""
         m = torch.maximum(st["max"], logits.amax(1))
         e = torch.exp(logits - m[:, None])
         scale = torch.exp(st["max"] - m)
@@ -150,12 +166,12 @@ class _RetNet:
         q, k, v, g = F.linear(x, self.w, self.b).split(self.widths, -1)
         q, k = (t.reshape(B, self.n, 1, self.h) for t in (q, k))
         v = v.reshape(B, self.n, 1, self.m)
-        cos, sin = self.cos[pos : pos + 1], self.sin[pos : pos + 1]
+        cos, sin = _row(self.cos, pos), _row(self.sin, pos)
         q, k = apply_rope(q, cos, sin, m.rope_style), apply_rope(k, cos, sin, m.rope_style) * self.h**-0.5
         S = st["S"].mul_(self.gamma).add_(k.transpose(-1, -2) @ v)
         o = (q @ S)[:, :, 0]  # [B, n, m]
         if m.decay_normalize:
-            o = o * self.rsqrt_scale[pos]
+            o = o * _row(self.rsqrt_scale, pos)[0]
         o = group_norm(o, m.group_norm, self.gn_eps)
         if m.gn is not None:
             o = o * m.gn.weight
@@ -223,7 +239,9 @@ class _RWKV:
         ww = pp + self.decay
         p = torch.maximum(ww, k)
         e1, e2 = torch.exp(ww - p), torch.exp(k - p)
-        st.update(x_prev=x, aa=e1 * aa + e2 * v, bb=e1 * bb + e2, pp=p)
+        new_aa, new_bb = e1 * aa + e2 * v, e1 * bb + e2
+        for name, value in (("x_prev", x), ("aa", new_aa), ("bb", new_bb), ("pp", p)):
+            st[name].copy_(value)  # in place: a captured step replays into the same memory
         return F.linear(r * wkv, self.wo, self.bo)
 
 
@@ -246,16 +264,15 @@ class _Extractor:
     def init_state(self, B):
         return {"ring": torch.zeros(B, self.W, self.d)}
 
-    def step(self, x, st, pos):
-        B = x.shape[0]
+    def source_and_adjust(self, x):
+        """The ring's new entry (x, or HE's input projection) and the adjustment (None for ME)."""
         if self.has_inp:
-            source, adj = F.linear(x, self.w_in, self.b_in).chunk(2, -1)
-        else:
-            source, adj = x, F.linear(x, self.w_in, self.b_in) if self.has_adjust else None
-        st["ring"][:, pos % self.W] = source
-        slots = self.slots[pos]
-        L = len(slots)
-        lags = st["ring"].index_select(1, slots)  # [B, L, d], lag 0 first
+            return F.linear(x, self.w_in, self.b_in).chunk(2, -1)
+        return x, F.linear(x, self.w_in, self.b_in) if self.has_adjust else None
+
+    def extract(self, lags, adj):
+        """The output from the ring's entries in lag order, lags [B, L, d] (L ≤ W)."""
+        B, L = lags.shape[:2]
         if self.kind == "SHE":
             ext = lags.reshape(B, L * self.d) @ self.ext[:L].reshape(L * self.d, self.d)
         elif self.kind == "ME":
@@ -266,6 +283,11 @@ class _Extractor:
             return ext
         y = adj * ext
         return F.linear(y, self.wo, self.bo) if self.wo is not None else y
+
+    def step(self, x, st, pos):
+        source, adj = self.source_and_adjust(x)
+        st["ring"][:, pos % self.W] = source
+        return self.extract(st["ring"].index_select(1, self.slots[pos]), adj)  # lag 0 first
 
 
 class _MLP:
@@ -307,7 +329,7 @@ class _ChannelMix:
                                              f.key.bias)))
         r = torch.sigmoid(F.linear(x * f.time_mix_r + x_prev * (1 - f.time_mix_r), f.receptance.weight,
                                    f.receptance.bias))
-        st["x_prev"] = x
+        x_prev.copy_(x)  # in place, as _RWKV
         return r * F.linear(k, f.value.weight, f.value.bias)
 
 
@@ -339,12 +361,18 @@ class FastModel:
     def __init__(self, model):
         self.model, cfg = model, model.cfg
         self.cfg, self.d = cfg, cfg.d_model
-        self.mixers = [MIXERS.get(p["mixer"], _ReferenceStep)(l.mixer, cfg) for p, l in zip(cfg.layers, model.layers)]
+        self.mixers = [self.mixer_steps().get(p["mixer"], _ReferenceStep)(l.mixer, cfg)
+                       for p, l in zip(cfg.layers, model.layers)]
         self.ffns = [FFNS[cfg.ffn](l.ffn, cfg) for l in model.layers]
         self.norms = [(l.ln1.weight, getattr(l.ln1, "bias", None), l.ln2.weight, getattr(l.ln2, "bias", None))
                       for l in model.layers]
         self.head_w = getattr(model.head, "weight", model.embed.weight)
         self.head_b = getattr(model.head, "bias", None)
+
+    @staticmethod
+    def mixer_steps():
+        """Each mixer's step class (read when a model is made, so a test may take one out)."""
+        return MIXERS
 
     def init_state(self, B):
         return [(m.init_state(B), f.init_state(B)) for m, f in zip(self.mixers, self.ffns)]
@@ -358,9 +386,9 @@ class FastModel:
         cfg, model, norm = self.cfg, self.model, self.norm
         x = F.embedding(tokens, model.embed.weight) * cfg.embed_scale
         if cfg.position == "learned":
-            x = x + model.pos_embed.weight[pos]
+            x = x + _row(model.pos_embed.weight, pos)
         elif cfg.position == "sinusoidal":
-            x = x + model.sinusoid[pos]
+            x = x + _row(model.sinusoid, pos)
         if cfg.embed_norm:
             x = norm(x, model.embed_norm.weight, getattr(model.embed_norm, "bias", None))
         for mixer, ffn, (w1, b1, w2, b2), (mst, fst) in zip(self.mixers, self.ffns, self.norms, states):
@@ -370,11 +398,12 @@ class FastModel:
         return F.linear(x, self.head_w, self.head_b)
 
 
-def check_against_reference(model, fast, batch=2, positions=None, tol=1e-5, seed=0):
+def check_against_reference(model, fast, batch=2, positions=None, tol=1e-5, seed=0, position=int):
     """Runs Model.step and FastModel.step side by side from position 0 over `positions` steps
     (default: enough to pass every ring's window, at most max_seq_len) on the same random tokens;
     raises if any logit differs by more than tol · max |reference logit| (relative to the largest
-    logit: random-init models have logits of ~1e-3). Returns the largest relative difference."""
+    logit: random-init models have logits of ~1e-3). Returns the largest relative difference.
+    `position` makes fast's position from the int (graph_step.py's steps take a tensor)."""
     cfg = model.cfg
     windows = [p.get("window") or 0 for p in cfg.layers]
     positions = positions or min(cfg.max_seq_len, max(windows + [16]) + 8)
@@ -383,7 +412,8 @@ def check_against_reference(model, fast, batch=2, positions=None, tol=1e-5, seed
     worst = 0.0
     for pos in range(positions):
         tokens = torch.randint(0, cfg.vocab_size, (batch,), generator=g)
-        ref, got = model.step(tokens, pos, ref_states), fast.step(tokens, pos, fast_states)
+        ref, got = model.step(tokens, pos, ref_states), fast.step(tokens, position(pos), fast_states)
+        got = got.as_subclass(torch.Tensor)  # a position tensor's subclass propagates to the logits
         diff = (ref - got).abs().max().item() / ref.abs().max().item()
         worst = max(worst, diff)
         if not diff <= tol:  # NaN fails too

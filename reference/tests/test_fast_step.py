@@ -23,12 +23,18 @@ def make(kinds, seed, **kw):
 
 
 class FastStepEqualsStep(unittest.TestCase):
+    """The cases every tuned step must pass; test_graph_step.py runs them for graph_step.py's."""
+
+    step_model = FastModel  # the step under test, made from the reference model
+    position = int  # how it takes the position
+
     def check(self, kinds, seed, batch=3, **kw):
         with torch.inference_mode():
             model = make(kinds, seed, **kw)
             # T = 30 runs past every window (FIR W ≤ 8, aft_local s ≤ 6); the tolerance is 1e-5
             # of the largest logit
-            worst = check_against_reference(model, FastModel(model), batch=batch, positions=30, seed=seed)
+            worst = check_against_reference(model, type(self).step_model(model), batch=batch, positions=30,
+                                            seed=seed, position=type(self).position)
         self.assertLessEqual(worst, 1e-5, kinds)
 
     def test_every_mixer(self):
@@ -70,6 +76,8 @@ class FastStepEqualsStep(unittest.TestCase):
         self.check(["attention", "aft_local", "she", "rwkv", "performer"], 7, batch=1, position="none",
                    embed_norm=True)
 
+
+class FastStepOnly(unittest.TestCase):
     def test_a_mixer_without_a_tuned_class_runs_the_reference_step(self):
         import fast_step
         with torch.inference_mode():
