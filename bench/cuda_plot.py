@@ -50,8 +50,8 @@ for path in peer_path.split(","):
 
 def peer_us(mixer, batch):
     """Fastest peer step (µs) and its name for this mixer and batch: the plain loop eager or in a
-    CUDA graph, the tuned step eager or in a CUDA graph; GPT-2's generate for attention too."""
-    names = [f"{p}_{m}_{mixer}/B{batch}" for p in ("torch", "tuned") for m in ("eager", "cudagraph")]
+    CUDA graph, the tuned step eager, in a CUDA graph or compiled; GPT-2's generate for attention."""
+    names = [f"{p}_{m}_{mixer}/B{batch}" for p in ("torch", "tuned") for m in ("eager", "cudagraph", "compiled")]
     if mixer == "attention":
         names.append(f"hf_gpt2_generate/B{batch}")
     best = [(peer[n]["ms_per_step"] * 1e3, n.split("/")[0]) for n in names

@@ -14,7 +14,10 @@ start at position 16 (the bench's 16-token prompt). Each case runs --rounds roun
 after 3 warm-up steps; the JSON gives the median round (ms_per_step), the best round (steady state)
 and the mean of all steps. Usage (on the GPU host, Python with torch):
   python3 bench/torch_peer.py [--kinds all|aft_simple,...] [--batches 1,8,64,256] [--steps 32]
-      [--rounds 3] [--modes eager,cudagraph] [--out FILE]
+      [--rounds 3] [--modes eager,cudagraph[,compiled]] [--out FILE]
+--modes compiled (`tuned_compiled_<mixer>`) runs the graph step through torch.compile (PyTorch 2,
+TorchInductor with Triton) before the capture: fused elementwise kernels, a stronger peer where the
+GPU host's PyTorch has it, at ~30–60 s of compilation per case (not in gpu-check's short stages).
 --device cpu (float32) runs the same steps without graphs: the CPU smoke test's way
 (reference/tests/test_torch_peer.py).
 """
@@ -85,14 +88,17 @@ def eager(model, B, a, device):
     return timed_rounds(run, a, device)
 
 
-def cudagraph(model, B, a, device):
-    """GraphModel's step captured once and replayed; without CUDA (the smoke test) run eagerly."""
+def cudagraph(model, B, a, device, compile_step=False):
+    """GraphModel's step captured once and replayed; without CUDA (the smoke test) run eagerly.
+    compile_step: the step through torch.compile first (TorchInductor's fused kernels, its own
+    graphs off: the capture here is the same for both)."""
     gm = GraphModel(model)
     states, tok = gm.init_state(B), torch.zeros(B, dtype=torch.long, device=device)
     pos = torch.full((), PROMPT, dtype=torch.long, device=device)
+    model_step = torch.compile(gm.step, mode="max-autotune-no-cudagraphs", dynamic=False) if compile_step else gm.step
 
     def step():
-        tok.copy_(gm.step(tok, pos, states).argmax(-1))
+        tok.copy_(model_step(tok, pos, states).argmax(-1))
         pos.add_(1 - PROMPT).remainder_(a.ctx - PROMPT).add_(PROMPT)
 
     if device.type != "cuda":
@@ -143,7 +149,8 @@ def main(argv=None):
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "commit": git_commit(), "config": dict(u=a.vocab, l=a.ctx, d=a.d, c=a.ffn, m=a.layers, heads=a.heads),
            "start_position": PROMPT}
-    runners = {"eager": eager, "cudagraph": cudagraph}
+    runners = {"eager": eager, "cudagraph": cudagraph,
+               "compiled": lambda *args: cudagraph(*args, compile_step=True)}
     for kind in kinds:
         gen = torch.Generator().manual_seed(0)
         with torch.inference_mode():
