@@ -161,7 +161,7 @@ def main(argv=None):
                     try:
                         rounds = runners[mode](model, B, a, device)
                         med = statistics.median(rounds)
-                        res[name] = {"ms_per_step": round(med * 1e3, 4), "tok_s": round(B / med),
+                        res[name] = {"ms_per_step": round(med * 1e3, 4), "tok_s": round(B / med, 1),
                                      "ms_best_round": round(min(rounds) * 1e3, 4),
                                      "ms_mean": round(statistics.fmean(rounds) * 1e3, 4),
                                      "ms_rounds": [round(r * 1e3, 4) for r in rounds]}

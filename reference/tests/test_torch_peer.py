@@ -25,7 +25,8 @@ class TorchPeerRuns(unittest.TestCase):
                     case = res[f"tuned_{mode}_{kind}/B{B}"]
                     self.assertNotIn("error", case, (kind, mode, B))
                     self.assertGreater(case["ms_per_step"], 0)
-                    self.assertAlmostEqual(case["tok_s"] * case["ms_per_step"] / 1e3 / B, 1, delta=0.01)
+                    self.assertAlmostEqual(case["tok_s"] * case["ms_per_step"] / 1e3 / B, 1, delta=0.01,
+                                           msg=(kind, mode, B, case))
 
 
 if __name__ == "__main__":
