@@ -76,9 +76,9 @@ struct DevMatrix {
   const float* scales = nullptr;  // int8 and int4 only (above)
   int n = 0, k = 0;
   CudaWeightType type = CudaWeightType::kF32;
-  // f16/bf16 only (int8 and int4 stay on CUDA cores): every GEMM with this matrix runs on tensor
-  // cores (gemm_tensor_cores.cu), at every batch size, so a row's bits still never depend on the
-  // batch.
+  // f16/bf16 of even K only (int8, int4 and odd K stay on CUDA cores): every GEMM with this
+  // matrix runs on tensor cores (gemm_tensor_cores.cu), at every batch size, so a row's bits still
+  // never depend on the batch.
   bool tensor_cores = false;
   // CUDA-core path, M ≤ 8: gemv.cu's kernel (W and A in double-buffered chunks, W by cp.async,
   // then the same per-output FMA chain), or with ordered_sums gemv_ordered.cu's (a thread per chunk

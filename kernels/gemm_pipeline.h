@@ -68,5 +68,12 @@ MIXSERVE_HD constexpr int pipeline_smem_bytes(int bm, int bn, int bk, int weight
          (bk * (bm + 1) + bk * (bn + 1)) * 4 + 2 * bm * 4;
 }
 constexpr int kStaticSmemLimit = 48 * 1024;  // static __shared__ per block
+// The tensor-core kernel's (gemm_tensor_cores.cu, 16-bit weights): the same raw stages, the 16-bit
+// tiles the fragments read at BK + 8 halves a row (a stride whose fragment loads meet no bank
+// twice), and the statistics. Past kStaticSmemLimit at its 64 × 64 × 32: dynamic shared memory.
+MIXSERVE_HD constexpr int pipeline_tc_smem_bytes(int bm, int bn, int bk) {
+  return kPipelineStages * (bm * bk * 4 + bn * pipeline_words(bk, 16) * 4) +
+         (bm + bn) * (bk + 8) * 2 + 2 * bm * 4;
+}
 
 }  // namespace mixserve::cuda

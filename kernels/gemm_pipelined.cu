@@ -13,13 +13,10 @@
 // wait for the previous kernel (kernel_prologue(before_wait)): weights are never written by a
 // kernel, so with dependent launch their latency overlaps the previous kernel's tail.
 // int4 stays on the tiled kernel (its scales would be a second stream to pipeline).
-#include <cuda_pipeline.h>
-
 #include <stdexcept>
 #include <type_traits>
 
-#include "kernels/gemm_parts.cuh"
-#include "kernels/gemm_pipeline.h"
+#include "kernels/gemm_stages.cuh"
 #include "kernels/gemm_tiles.h"
 
 namespace mixserve::cuda {
@@ -28,16 +25,13 @@ namespace {
 
 using namespace gemm_parts;
 
-constexpr int S = kPipelineStages;
-
-// A block's shared memory: S raw stages of rows and weights, the float tiles the FMAs read, the
-// layer norm's statistics. Declared in a function (one per instantiation) so that the copies issued
-// before kernel_prologue's wait and the rest of the kernel reach the same buffers.
+// A block's shared memory: S raw stages of rows and weights (gemm_stages.cuh), the float tiles the
+// FMAs read, the layer norm's statistics. Declared in a function (one per instantiation) so that
+// the copies issued before kernel_prologue's wait and the rest of the kernel reach the same
+// buffers.
 template <typename WT, int BM, int BN, int BK>
 struct Tiles {
-  static constexpr int kWords = pipeline_words(BK, weight_bits<WT>());  // a weight row a step
-  float a_raw[S][BM][BK];
-  uint32_t w_raw[S][BN][kWords];
+  RawStages<WT, BM, BN, BK> raw;
   float as[BK][BM + 1];
   float bs[BK][BN + 1];
   float stats[2 * BM];
@@ -51,72 +45,21 @@ __device__ Tiles<WT, BM, BN, BK>& tiles() {
   return t;
 }
 
-// One block's BM × BN outputs: where its tile lies, and the copies of a stage (nothing past M, N
-// or K) into buffer pipeline_buffer(s), word by word (pipeline_tile_word: coalesced).
+// Stage t's raw copies into the float tiles: the tiled kernel's values (PlainLoader::norm, widen),
+// zeros outside M, N and K.
 template <typename WT, int BM, int BN, int NT, int BK>
-struct Block {
-  static constexpr int kWords = Tiles<WT, BM, BN, BK>::kWords;
-  Tiles<WT, BM, BN, BK>& sm;
-  const uint32_t* w;  // W's rows as words (whole: rows_are_whole_words)
-  int M, N, K, m0, n0, steps, tid;
-
-  __device__ Block(const WT* W, int M_, int N_, int K_)
-      : sm(tiles<WT, BM, BN, BK>()),
-        w(reinterpret_cast<const uint32_t*>(W)),
-        M(M_),
-        N(N_),
-        K(K_),
-        m0(blockIdx.y * BM),
-        n0(blockIdx.x * BN),
-        steps(pipeline_steps(K_, BK)),
-        tid(threadIdx.x) {}
-  __device__ void copy_weights(int s) {
-    if (s >= steps) return;
-    const int len = pipeline_words(min(BK, K - s * BK), weight_bits<WT>());
-    const int64_t row_words = pipeline_words(K, weight_bits<WT>()),
-                  w0 = pipeline_words(s * BK, weight_bits<WT>());
-    for (int e = tid; e < BN * kWords; e += NT) {
-      const TileWord t = pipeline_tile_word(e, kWords);
-      if (n0 + t.row < N && t.word < len)
-        __pipeline_memcpy_async(&sm.w_raw[pipeline_buffer(s)][t.row][t.word],
-                                &w[(n0 + t.row) * row_words + w0 + t.word], 4);
-    }
+__device__ void convert(const StageCopies<WT, BM, BN, NT, BK>& blk, Tiles<WT, BM, BN, BK>& sm,
+                        int t, const PlainLoader& a) {
+  const auto s = blk.landed(t);
+  for (int e = blk.tid; e < BM * BK; e += NT) {
+    const TileWord q = pipeline_tile_word(e, BK);  // row q.row of the tile, k0 + q.word
+    sm.as[q.word][q.row] = blk.a_at(a, s, q.row, q.word);
   }
-  // Weights only, which no kernel writes: run before kernel_prologue's wait.
-  __device__ void copy_first_weights() {
-    for (int s = 0; s < S - 1; ++s) {
-      copy_weights(s);
-      __pipeline_commit();
-    }
+  for (int e = blk.tid; e < BN * BK; e += NT) {
+    const TileWord q = pipeline_tile_word(e, BK);  // column q.row of the tile, k0 + q.word
+    sm.bs[q.word][q.row] = widen(blk.w_at(s, q.row, q.word));
   }
-  __device__ void copy_rows(int s, const PlainLoader& a) {
-    if (s >= steps) return;
-    const int len = min(BK, K - s * BK);
-    for (int e = tid; e < BM * BK; e += NT) {
-      const TileWord t = pipeline_tile_word(e, BK);
-      if (m0 + t.row < M && t.word < len)
-        __pipeline_memcpy_async(&sm.a_raw[pipeline_buffer(s)][t.row][t.word],
-                                a.row(m0 + t.row) + s * BK + t.word, 4);
-    }
-  }
-  // Stage t's raw copies into the float tiles: the tiled kernel's values (PlainLoader::norm,
-  // widen), zeros outside M, N and K.
-  __device__ void convert(int t, const PlainLoader& a) {
-    const int b = pipeline_buffer(t), k0 = t * BK, len = min(BK, K - k0);
-    for (int e = tid; e < BM * BK; e += NT) {
-      const TileWord q = pipeline_tile_word(e, BK);  // row q.row of the tile, k0 + q.word
-      sm.as[q.word][q.row] = m0 + q.row < M && q.word < len
-                                 ? a.norm(q.row, k0 + q.word, sm.a_raw[b][q.row][q.word])
-                                 : 0.0f;
-    }
-    for (int e = tid; e < BN * BK; e += NT) {
-      const TileWord q = pipeline_tile_word(e, BK);  // column q.row of the tile, k0 + q.word
-      sm.bs[q.word][q.row] = n0 + q.row < N && q.word < len
-                                 ? widen(reinterpret_cast<const WT*>(sm.w_raw[b][q.row])[q.word])
-                                 : 0.0f;
-    }
-  }
-};
+}
 
 // The commit groups of gemm_pipeline.h: the weights of stages 0…S−2 before kernel_prologue's wait,
 // then their rows, then a stage a step.
@@ -125,15 +68,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     gemm_pipelined_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias,
                           const float* __restrict__ output_scales, int M, int N, int K,
                           GemmOut out) {
-  kernel_prologue(
-      [&] { Block<WT, BM, BN, (BM / TM) * (BN / TN), BK>(W, M, N, K).copy_first_weights(); });
+  kernel_prologue([&] {
+    StageCopies<WT, BM, BN, (BM / TM) * (BN / TN), BK>(tiles<WT, BM, BN, BK>().raw, W, M, N, K)
+        .copy_first_weights();
+  });
   constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
-  Block<WT, BM, BN, NT, BK> blk(W, M, N, K);
-  for (int s = 0; s < S - 1; ++s) {
-    blk.copy_rows(s, a);
-    __pipeline_commit();
-  }
-  a.bind(blk.sm.stats, BM);
+  Tiles<WT, BM, BN, BK>& sm = tiles<WT, BM, BN, BK>();
+  StageCopies<WT, BM, BN, NT, BK> blk(sm.raw, W, M, N, K);
+  blk.copy_first_rows(a);
+  a.bind(sm.stats, BM);
   a.prepare(blk.m0, BM, M);  // the layer norm's statistics while the copies are in flight
 
   const int tx = blk.tid % TX, ty = blk.tid / TX;
@@ -143,15 +86,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
   for (int t = 0; t < blk.steps; ++t) {
-    // Stage t + S − 1 goes into the buffer stage t − 1 used, released by the last barrier.
-    blk.copy_weights(t + S - 1);
-    blk.copy_rows(t + S - 1, a);
-    __pipeline_commit();
-    __pipeline_wait_prior(kPipelinePending);  // stage t's copies (this thread's) have landed
-    __syncthreads();                          // everyone's; and step t − 1's sums are done
-    blk.convert(t, a);
+    blk.copy_ahead_and_wait(t, a);  // stage t's copies (this thread's) have landed
+    __syncthreads();                // everyone's; and step t − 1's sums are done
+    convert(blk, sm, t, a);
     __syncthreads();
-    sum_tile_step<BM, BN, TM, TN, BK>(blk.sm.as, blk.sm.bs, tx, ty, acc);
+    sum_tile_step<BM, BN, TM, TN, BK>(sm.as, sm.bs, tx, ty, acc);
   }
 
 #pragma unroll

@@ -2,18 +2,30 @@
 // mma.sync m16n8k16 with float32 accumulation. The A operand (activations, layer-normed on load as
 // in gemm.cu) is rounded to the weights' 16-bit type, so results differ from the CUDA-core path by
 // that rounding (tested within a tolerance), but stay batch invariant, bit for bit:
-//   - one tile shape (64×64 outputs, 4 warps of 32×32, K steps of 32) for every M, and gemm()
-//     sends every call with such a matrix here whatever M is;
 //   - an output's sum is the mma's 16-term partial sums added into one float32 accumulator in
-//     increasing k (k0 = 0, 16, 32, …), the same sequence for every row and tile position;
-//   - an mma's output (i, j) reads only A row i and B column j, so the other rows of the tile —
-//     other sequences, or the zeros padding M up to 64 — never touch it;
+//     increasing k (k0 = 0, 16, 32, … up to K rounded up to the 32 of a stage, zeros past K), the
+//     same sequence for every row and tile position — what the probe's emulator predicts
+//     (MmaProbe.TensorCoreGemmBitsEqualTheEmulator);
+//   - one tile shape (64×64 outputs, 4 warps of 32×32) for every M, and gemm() sends every call
+//     with such a matrix here whatever M is; an mma's output (i, j) reads only A row i and B
+//     column j, so the other rows of the tile — other sequences, or the zeros padding M up to 64 —
+//     never touch it;
 //   - bias, activation and epilogue are gemm_parts::finish, as on CUDA cores.
 // So a row gives the same bits alone, in any batch, and in a prefill.
+//
+// K arrives in a cp.async pipeline (2026-11-29; #24 item 4): gemm_pipeline.h's schedule and
+// gemm_stages.cuh's copies, as the pipelined CUDA-core GEMM — the raw rows of x and of W (16-bit,
+// as 32-bit words) four stages of 32 deep, the first three stages' weights before the wait for the
+// previous kernel — and each landed stage is turned into the 16-bit tiles the fragments read (the
+// rows normed and rounded, zeros outside M, N and K). Until then the kernel loaded each step's
+// A and W element by element (W as 16-bit loads) and waited for them: 1.7–3.9× slower than the
+// CUDA cores on an H100 (2026-11-27). The fragments and the order of the mma calls are unchanged,
+// so are the bits. Needs W's rows in whole words (K even): DeviceWeights gives an odd-K matrix
+// CUDA cores.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "kernels/gemm_parts.cuh"
+#include "kernels/gemm_stages.cuh"
 #include "kernels/mma_sync.cuh"
 
 namespace mixserve::cuda {
@@ -27,22 +39,40 @@ constexpr int BM = 64, BN = 64, BK = 32, kThreads = 128;
 // touches fall in 32 distinct banks, and every 32-bit load stays 4-byte aligned.
 constexpr int kRow = BK + 8;
 
+// A block's shared memory (dynamic: 59,904 bytes, past the 48 KB of static shared memory): the raw
+// stages, the 16-bit tiles the fragments read, the layer norm's statistics
+// (pipeline_tc_smem_bytes).
+template <typename WT>
+struct TcTiles {
+  RawStages<WT, BM, BN, BK> raw;
+  __align__(16) uint16_t as[BM][kRow];
+  __align__(16) uint16_t bs[BN][kRow];
+  float stats[2 * BM];
+};
+template <typename WT>
+__device__ TcTiles<WT>& tc_tiles() {
+  static_assert(sizeof(TcTiles<WT>) == pipeline_tc_smem_bytes(BM, BN, BK),
+                "gemm_pipeline.h's budget counts these buffers");
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  return *reinterpret_cast<TcTiles<WT>*>(tc_smem);
+}
+
 // The fragments' places are mma_sync.cuh's maps. B is "col": element (k, n) at n·K + k, exactly
 // W[n, k] — the weights need no transpose.
 template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     gemm_tc_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias, int M,
                    int N, int K, GemmOut out) {
-  kernel_prologue();
-  __shared__ __align__(16) uint16_t As[BM][kRow];
-  __shared__ __align__(16) uint16_t Bs[BN][kRow];
-  __shared__ float stats[2 * BM];
-  a.bind(stats, BM);
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  a.prepare(m0, BM, M);
+  kernel_prologue([&] {
+    StageCopies<WT, BM, BN, kThreads, BK>(tc_tiles<WT>().raw, W, M, N, K).copy_first_weights();
+  });
+  TcTiles<WT>& sm = tc_tiles<WT>();
+  StageCopies<WT, BM, BN, kThreads, BK> blk(sm.raw, W, M, N, K);
+  blk.copy_first_rows(a);
+  a.bind(sm.stats, BM);
+  a.prepare(blk.m0, BM, M);  // the layer norm's statistics while the copies are in flight
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // the warp's 32×32 of the tile
-  const uint16_t* Wbits = reinterpret_cast<const uint16_t*>(W);
 
   float acc[2][4][4];
 #pragma unroll
@@ -52,31 +82,33 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
 
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    // Consecutive threads take consecutive k of a row: coalesced reads of x and W.
+  for (int t = 0; t < blk.steps; ++t) {
+    blk.copy_ahead_and_wait(t, a);  // stage t's copies (this thread's) have landed
+    __syncthreads();                // everyone's; and step t − 1's mma calls are done
+    // Consecutive threads take consecutive k of a row (pipeline_tile_word).
+    const auto s = blk.landed(t);
     for (int e = threadIdx.x; e < BM * BK; e += kThreads) {
-      const int i = e / BK, k = e % BK;
-      As[i][k] = Mma<WT>::bits(m0 + i < M && k0 + k < K ? a.load(i, m0 + i, k0 + k) : 0.0f);
+      const TileWord q = pipeline_tile_word(e, BK);
+      sm.as[q.row][q.word] = Mma<WT>::bits(blk.a_at(a, s, q.row, q.word));
     }
     for (int e = threadIdx.x; e < BN * BK; e += kThreads) {
-      const int j = e / BK, k = e % BK;
-      Bs[j][k] =
-          n0 + j < N && k0 + k < K ? Wbits[static_cast<int64_t>(n0 + j) * K + k0 + k] : uint16_t{0};
+      const TileWord q = pipeline_tile_word(e, BK);
+      const WT w = blk.w_at(s, q.row, q.word);
+      sm.bs[q.row][q.word] = *reinterpret_cast<const uint16_t*>(&w);
     }
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[2][4], bf[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) mma_load_a(af[mi], &As[wm + mi * 16][kk], kRow, lane);
+      for (int mi = 0; mi < 2; ++mi) mma_load_a(af[mi], &sm.as[wm + mi * 16][kk], kRow, lane);
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) mma_load_b(bf[ni], &Bs[wn + ni * 8][kk], kRow, lane);
+      for (int ni = 0; ni < 4; ++ni) mma_load_b(bf[ni], &sm.bs[wn + ni * 8][kk], kRow, lane);
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) Mma<WT>::run(acc[mi][ni], af[mi], bf[ni]);
     }
-    __syncthreads();
   }
 
 #pragma unroll
@@ -86,9 +118,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const MmaAt at = mma_c_at(lane, c);
-        const int r = m0 + wm + mi * 16 + at.row, n = n0 + wn + ni * 8 + at.col;
+        const int r = blk.m0 + wm + mi * 16 + at.row, n = blk.n0 + wn + ni * 8 + at.col;
         if (r < M && n < N) finish(out, bias, r, n, acc[mi][ni][c]);
       }
+}
+
+template <typename WT>
+void launch_tc(cudaStream_t stream, const PlainLoader& a, const DevMatrix& w, int M,
+               const GemmOut& out) {
+  static const bool sized = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_tc_kernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(sizeof(TcTiles<WT>))));
+    return true;
+  }();
+  (void)sized;
+  const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM));
+  launch_kernel(gemm_tc_kernel<WT>, grid, kThreads, sizeof(TcTiles<WT>), stream, a,
+                static_cast<const WT*>(w.w), w.bias, M, w.n, w.k, out);
 }
 
 }  // namespace
@@ -96,20 +142,14 @@ __global__ void __launch_bounds__(kThreads)
 void gemm_tensor_cores(cudaStream_t stream, const GemmIn& in, const DevMatrix& w, int M,
                        const GemmOut& out) {
   if (M <= 0) return;
-  PlainLoader a{in, w.k, nullptr, nullptr};
-  const dim3 grid(ceil_div(w.n, BN), ceil_div(M, BM));
-  switch (w.type) {
-    case CudaWeightType::kF16:
-      launch_kernel(gemm_tc_kernel<__half>, grid, kThreads, 0, stream, a,
-                    static_cast<const __half*>(w.w), w.bias, M, w.n, w.k, out);
-      break;
-    case CudaWeightType::kBF16:
-      launch_kernel(gemm_tc_kernel<__nv_bfloat16>, grid, kThreads, 0, stream, a,
-                    static_cast<const __nv_bfloat16*>(w.w), w.bias, M, w.n, w.k, out);
-      break;
-    default:
-      throw std::logic_error("tensor-core GEMM needs float16 or bfloat16 weights");
-  }
+  if (w.k % 2 != 0) throw std::logic_error("tensor-core GEMM needs an even K (DeviceWeights)");
+  const PlainLoader a{in, w.k, nullptr, nullptr};
+  if (w.type == CudaWeightType::kF16)
+    launch_tc<__half>(stream, a, w, M, out);
+  else if (w.type == CudaWeightType::kBF16)
+    launch_tc<__nv_bfloat16>(stream, a, w, M, out);
+  else
+    throw std::logic_error("tensor-core GEMM needs float16 or bfloat16 weights");
 }
 
 }  // namespace mixserve::cuda

@@ -184,9 +184,10 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
   } else {
     throw std::logic_error("unknown weight type");
   }
-  // Tensor cores for float16/bfloat16 only: int8 and int4 (and float32) run on CUDA cores.
-  m.tensor_cores =
-      tensor_cores_ && (m.type == CudaWeightType::kF16 || m.type == CudaWeightType::kBF16);
+  // Tensor cores for float16/bfloat16 only: int8 and int4 (and float32) run on CUDA cores; so
+  // does a matrix of odd K, whose rows are not whole words for the kernel's cp.async copies.
+  m.tensor_cores = tensor_cores_ && k % 2 == 0 &&
+                   (m.type == CudaWeightType::kF16 || m.type == CudaWeightType::kBF16);
   m.small_batch_gemv = small_batch_gemv_;
   m.ordered_sums = ordered_sums_;
   m.pipelined = pipelined_;
