@@ -116,10 +116,19 @@ def cudagraph(model, B, a, device, compile_step=False):
 
 
 def git_commit():
+    """This tree's commit: git's, or on the GPU host (a copy of the tree without .git) the one
+    `scripts/gpu-check prepare` recorded beside the carried binaries."""
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
-    except Exception:  # no git on the host: the carried tree says it elsewhere
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        if commit:
+            return commit
+    except Exception:  # no git on the host
+        pass
+    try:
+        with open(os.path.join(ROOT, ".devcarry", "bin", "commit")) as f:
+            return f.read().strip() or None
+    except OSError:
         return None
 
 
