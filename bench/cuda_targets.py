@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""#24's four targets, read off one GPU run's files (scripts/gpu-check's out/gpu-check/, or a copy
+under bench/results/cuda-raw-*): for each, what the defaults reached, the best option measured in
+the same run, and whether the target holds. Only what the files hold is reported; a target whose
+files are missing says so.
+
+  1. batch-1 step ≤ 100 µs for every mixer            (device µs a step, cuda-bench*.json)
+  2. ≥ 1M tok/s at batch 256 for aft_simple and retnet (device tok/s; end-to-end beside it)
+  3. ≥ 3× the CUDA-graph PyTorch peer, every mixer and batch (the fastest peer of peer*.json
+     against mixserve's end-to-end step: both are wall time a step, host work included)
+  4. the large config's batch-1 step reading its weights at ≥ 60% of HBM bandwidth
+     (cuda-bench-large*.json's weight GB/s against cuda-sync.json's measured streaming bandwidth,
+     and against the GPU's rating)
+
+  python3 bench/cuda_targets.py DIR [--out FILE.json]
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+RATED_TBPS = {"H100": 3.35, "H200": 4.8}  # the GPUs' rated HBM bandwidth (TB/s), for reference
+PEER_MODES = ("torch_eager", "torch_cudagraph", "tuned_eager", "tuned_cudagraph", "tuned_compiled")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def runs(d):
+    """{label: results} of the bench files cuda-bench*.json; the label is the option's name (the
+    file name's rest), "defaults" for cuda-bench.json. Left out, as not the defaults' config with an
+    option: the base commit's bench (…base…), whole steps sampled (…sampling…, …candidates…), and
+    other weight types than the defaults' (int8, int4)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(d, "cuda-bench*.json"))):
+        label = os.path.basename(path)[len("cuda-bench"):-len(".json")].lstrip("-") or "defaults"
+        words = label.split("-")
+        if "base" in words or "sampling" in words or "candidates" in words:
+            continue
+        data = load(path)
+        if data and data.get("results"):
+            out[label] = data
+    weights = out["defaults"].get("weights") if "defaults" in out else None
+    return {k: v for k, v in out.items() if v.get("weights") == weights}
+
+
+def cell(data, mixer, batch, key):
+    for r in data["results"]:
+        if r["mixer"] == mixer and r["batch"] == batch and r.get(key):
+            return r[key]
+    return None
+
+
+def best_option(rs, mixer, batch, key, lower_is_better=True):
+    """(label, value) of the best non-default run at (mixer, batch), or (None, None)."""
+    best = (None, None)
+    for label, data in rs.items():
+        if label == "defaults":
+            continue
+        v = cell(data, mixer, batch, key)
+        if v is not None and (best[1] is None or (v < best[1] if lower_is_better else v > best[1])):
+            best = (label, v)
+    return best
+
+
+def peers(d):
+    merged = {}
+    for path in sorted(glob.glob(os.path.join(d, "peer*.json"))):
+        data = load(path) or {}
+        merged.update({k: v for k, v in data.items() if "/B" in k and isinstance(v, dict) and "ms_per_step" in v})
+    return merged
+
+
+def fastest_peer(peer, mixer, batch):
+    names = [f"{m}_{mixer}/B{batch}" for m in PEER_MODES]
+    if mixer == "attention":
+        names.append(f"hf_gpt2_generate/B{batch}")
+    got = [(peer[n]["ms_per_step"] * 1e3, n.split("/")[0]) for n in names if n in peer]
+    return min(got) if got else (None, None)
+
+
+def targets(d):
+    rs = runs(d)
+    paper = {k: v for k, v in rs.items() if not k.startswith("large") and v.get("config", {}).get("d") != 1024}
+    out = {"dir": d, "targets": []}
+    defaults = paper.get("defaults")
+    if defaults:
+        out.update(device=defaults.get("device"), date=defaults.get("date"), commit=defaults.get("commit"))
+    mixers = sorted({r["mixer"] for r in defaults["results"]}) if defaults else []
+
+    # 1. batch 1
+    rows = []
+    for m in mixers:
+        us = cell(defaults, m, 1, "device_us_per_step_median")
+        opt, opt_us = best_option(paper, m, 1, "device_us_per_step_median")
+        best = min(v for v in (us, opt_us) if v is not None) if (us or opt_us) else None
+        rows.append(dict(mixer=m, defaults_us=us, best_option=opt, best_option_us=opt_us,
+                         holds=best is not None and best <= 100.0))
+    out["targets"].append(dict(target="batch-1 step ≤ 100 µs, every mixer (device µs)", rows=rows,
+                               holds=bool(rows) and all(r["holds"] for r in rows)))
+
+    # 2. batch 256
+    rows = []
+    for m in ("aft_simple", "retnet"):
+        if not defaults:
+            break
+        tok = cell(defaults, m, 256, "device_tok_s")
+        e2e = cell(defaults, m, 256, "tok_s")
+        opt, opt_tok = best_option(paper, m, 256, "device_tok_s", lower_is_better=False)
+        best = max(v for v in (tok, opt_tok) if v is not None) if (tok or opt_tok) else None
+        rows.append(dict(mixer=m, defaults_device_tok_s=tok, defaults_e2e_tok_s=e2e, best_option=opt,
+                         best_option_device_tok_s=opt_tok, holds=best is not None and best >= 1e6))
+    out["targets"].append(dict(target="≥ 1M tok/s at batch 256, aft_simple and retnet (device)", rows=rows,
+                               holds=bool(rows) and all(r["holds"] for r in rows)))
+
+    # 3. the peers
+    peer = peers(d)
+    rows = []
+    for r in (defaults["results"] if defaults and peer else []):
+        p, name = fastest_peer(peer, r["mixer"], r["batch"])
+        if p is None:
+            rows.append(dict(mixer=r["mixer"], batch=r["batch"], peer=None, holds=False))
+            continue
+        ours = r["us_per_step_median"]
+        opt, opt_us = best_option(paper, r["mixer"], r["batch"], "us_per_step_median")
+        best = min(v for v in (ours, opt_us) if v is not None)
+        rows.append(dict(mixer=r["mixer"], batch=r["batch"], peer=name, peer_us=p, defaults_us=ours,
+                         defaults_x=p / ours, best_option=opt, best_option_x=p / opt_us if opt_us else None,
+                         holds=p / best >= 3.0))
+    out["targets"].append(dict(target="≥ 3× the fastest PyTorch peer, every mixer and batch (end-to-end µs)",
+                               rows=rows, holds=bool(rows) and all(r["holds"] for r in rows),
+                               missing=None if peer else "no peer*.json"))
+
+    # 4. the large config's bandwidth
+    sync = load(os.path.join(d, "cuda-sync.json")) or {}
+    hbm = next((r["gb_per_s"] for r in sync.get("results", []) if "from HBM" in r.get("what", "")), None)
+    device = (defaults or sync or {}).get("device") or ""
+    rated = next((tb * 1e3 for gpu, tb in RATED_TBPS.items() if gpu in device), None)
+    rows = []
+    for label, data in sorted(rs.items()):
+        if data.get("config", {}).get("d") != 1024:
+            continue
+        for r in data["results"]:
+            if r["batch"] != 1 or not r.get("weight_GBps"):
+                continue
+            gbps = r["weight_GBps"]
+            rows.append(dict(run=label, mixer=r["mixer"], weight_GBps=gbps,
+                             of_measured=gbps / hbm if hbm else None, of_rated=gbps / rated if rated else None,
+                             holds=bool(hbm) and gbps / hbm >= 0.6))
+    out["targets"].append(dict(target="large config, batch 1: weights at ≥ 60% of HBM bandwidth",
+                               measured_hbm_GBps=hbm, rated_GBps=rated, rows=rows,
+                               holds=bool(rows) and any(r["holds"] for r in rows if r["mixer"] == "aft_simple")))
+    return out
+
+
+def fmt(v, spec):
+    return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+
+def show(t):
+    print(f"#24 targets: {t.get('device')}, {t.get('date')}, commit {t.get('commit')}")
+    for g in t["targets"]:
+        print(f"\n{g['target']}: {'HOLDS' if g['holds'] else 'not reached'}"
+              + (f" ({g['missing']})" if g.get("missing") else ""))
+        for r in g["rows"]:
+            if "weight_GBps" in r:
+                print(f"  {r['run']:<16} {r['mixer']:<11} {fmt(r['weight_GBps'], '8.0f')} GB/s"
+                      f"  {fmt(r['of_measured'], '6.1%')} of measured {fmt(g['measured_hbm_GBps'], '.0f')} GB/s"
+                      f"  {fmt(r['of_rated'], '6.1%')} of rated")
+            elif "peer" in r:
+                print(f"  {r['mixer']:<11} B={r['batch']:<4} peer {r['peer'] or '-':<26} {fmt(r.get('peer_us'), '8.0f')} µs"
+                      f"  defaults {fmt(r.get('defaults_x'), '5.2f')}×  best option {r.get('best_option') or '-'}"
+                      f" {fmt(r.get('best_option_x'), '5.2f')}×")
+            elif "defaults_device_tok_s" in r:
+                print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_device_tok_s'], '9.0f')} tok/s"
+                      f" (end to end {fmt(r['defaults_e2e_tok_s'], '.0f')})  best option"
+                      f" {r['best_option'] or '-'} {fmt(r['best_option_device_tok_s'], '.0f')}")
+            else:
+                print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_us'], '7.0f')} µs  best option"
+                      f" {r['best_option'] or '-'} {fmt(r['best_option_us'], '.0f')} µs")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    t = targets(a.dir)
+    show(t)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(t, f, indent=1)
+    return t
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,71 @@
+"""bench/cuda_targets.py (#24's targets read off a GPU run's files) on made-up files: which run is the
+defaults and which are options, the best of them, each target's verdict, and what it leaves out (the
+base commit's bench, sampled steps, other weight types)."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import cuda_targets  # noqa: E402
+
+
+def result(mixer, batch, device_us, e2e_us=None):
+    return {"mixer": mixer, "batch": batch, "device_us_per_step_median": device_us,
+            "device_tok_s": batch / device_us * 1e6, "us_per_step_median": e2e_us or device_us + 10,
+            "tok_s": batch / (e2e_us or device_us + 10) * 1e6}
+
+
+def bench(results, weights="f16", d=128, **extra):
+    return {"device": "NVIDIA H200", "date": "2026-11-29", "commit": "abc", "weights": weights,
+            "config": {"d": d}, "results": results, **extra}
+
+
+class CudaTargets(unittest.TestCase):
+    def write(self, d, name, data):
+        with open(os.path.join(d, name), "w") as f:
+            json.dump(data, f)
+
+    def test_verdicts(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.write(d, "cuda-bench.json", bench([result("aft_simple", 1, 300), result("retnet", 1, 120),
+                                                    result("aft_simple", 256, 300), result("retnet", 256, 300)]))
+            # an option that brings batch 1 under 100 µs for both, and aft_simple's batch 256 over 1M tok/s
+            self.write(d, "cuda-bench-sequence-blocks.json",
+                       bench([result("aft_simple", 1, 90), result("retnet", 1, 95), result("aft_simple", 256, 250),
+                              result("retnet", 256, 400)]))
+            # left out: the base commit's, sampled steps, int8 weights (all "faster")
+            for name, w in (("cuda-bench-base.json", "f16"), ("cuda-bench-sampling-full.json", "f16"),
+                            ("cuda-bench-int8.json", "int8")):
+                self.write(d, name, bench([result("aft_simple", 256, 10), result("retnet", 256, 10)], weights=w))
+            self.write(d, "peer-tuned.json", {"tuned_cudagraph_aft_simple/B1": {"ms_per_step": 0.3},
+                                              "tuned_eager_aft_simple/B1": {"ms_per_step": 0.9},
+                                              "tuned_cudagraph_retnet/B1": {"ms_per_step": 0.2}})
+            self.write(d, "cuda-bench-large.json",
+                       bench([dict(result("aft_simple", 1, 1000), weight_GBps=2000.0)], d=1024))
+            self.write(d, "cuda-sync.json", {"results": [{"what": "ring streaming from HBM (1 GiB)", "gb_per_s": 4000.0}]})
+            t = cuda_targets.targets(d)
+        one, many, peer, hbm = t["targets"]
+        self.assertTrue(one["holds"])
+        self.assertEqual([(r["mixer"], r["best_option"], r["best_option_us"]) for r in one["rows"]],
+                         [("aft_simple", "sequence-blocks", 90), ("retnet", "sequence-blocks", 95)])
+        rows = {r["mixer"]: r for r in many["rows"]}
+        self.assertTrue(rows["aft_simple"]["holds"])  # 256 / 250 µs = 1.02M tok/s: the option's
+        self.assertEqual(rows["aft_simple"]["best_option"], "sequence-blocks")
+        self.assertFalse(rows["retnet"]["holds"])  # 256 / 300 µs = 0.85M; the option is slower
+        self.assertFalse(many["holds"])
+        prow = {(r["mixer"], r["batch"]): r for r in peer["rows"]}
+        self.assertEqual(prow[("aft_simple", 1)]["peer"], "tuned_cudagraph_aft_simple")  # the fastest
+        self.assertAlmostEqual(prow[("aft_simple", 1)]["defaults_x"], 300 / 310)
+        self.assertTrue(prow[("aft_simple", 1)]["holds"])  # 300 µs / the option's 100 µs end to end
+        self.assertFalse(prow[("retnet", 1)]["holds"])  # 200 / 105 µs
+        self.assertIsNone(prow[("aft_simple", 256)]["peer"])  # no peer there: not held
+        self.assertFalse(peer["holds"])
+        self.assertEqual(hbm["measured_hbm_GBps"], 4000.0)
+        self.assertAlmostEqual(hbm["rows"][0]["of_measured"], 0.5)
+        self.assertFalse(hbm["holds"])
+
+
+if __name__ == "__main__":
+    unittest.main()
