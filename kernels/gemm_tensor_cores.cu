@@ -35,8 +35,9 @@ namespace {
 using namespace gemm_parts;
 
 constexpr int BM = 64, BN = 64, BK = 32, kThreads = 128;
-// Shared rows are BK + 8 halves (80 bytes, 20 words) apart: the 8 rows × 4 words a fragment load
-// touches fall in 32 distinct banks, and every 32-bit load stays 4-byte aligned.
+// Shared rows are BK + 8 halves (80 bytes, 20 words) apart: the 8 rows × 16 bytes an ldmatrix tile
+// reads fall in 32 distinct banks (row i at bank 20i mod 32), and every row start an ldmatrix lane
+// gives (columns 0, 8, 16 or 24) is 16-byte aligned.
 constexpr int kRow = BK + 8;
 
 // A block's shared memory (dynamic: 59,904 bytes, past the 48 KB of static shared memory): the raw
@@ -57,8 +58,9 @@ __device__ TcTiles<WT>& tc_tiles() {
   return *reinterpret_cast<TcTiles<WT>*>(tc_smem);
 }
 
-// The fragments' places are mma_sync.cuh's maps. B is "col": element (k, n) at n·K + k, exactly
-// W[n, k] — the weights need no transpose.
+// The fragments' places are mma_sync.cuh's maps, loaded by ldmatrix (the same registers: its lane
+// maps, ldmatrix_a_row / ldmatrix_b_row, are checked against them on the CPU). B is "col": element
+// (k, n) at n·K + k, exactly W[n, k] — the weights need no transpose.
 template <typename WT>
 __global__ void __launch_bounds__(kThreads)
     gemm_tc_kernel(PlainLoader a, const WT* __restrict__ W, const float* __restrict__ bias, int M,
@@ -101,9 +103,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[2][4], bf[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) mma_load_a(af[mi], &sm.as[wm + mi * 16][kk], kRow, lane);
+      for (int mi = 0; mi < 2; ++mi) mma_ldmatrix_a(af[mi], &sm.as[wm + mi * 16][kk], kRow, lane);
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) mma_load_b(bf[ni], &sm.bs[wn + ni * 8][kk], kRow, lane);
+      for (int ni = 0; ni < 4; ni += 2)
+        mma_ldmatrix_b2(bf[ni], bf[ni + 1], &sm.bs[wn + ni * 8][kk], kRow, lane);
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll

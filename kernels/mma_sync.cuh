@@ -35,6 +35,22 @@ MIXSERVE_HD constexpr MmaAt mma_c_at(int lane, int i) {
   return {lane / 4 + (i / 2) * 8, 2 * (lane % 4) + i % 2};
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.b16 loads four 8×8 tiles of 16-bit values: lane 8j + r gives the
+// address of row r of tile j, and element (r, c) of tile j lands in lane 4r + c / 2's register j,
+// half c % 2 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"). So one instruction fills
+// a lane's four A registers, or the B registers of two 8-column tiles, when each lane gives:
+// for A (rows of the 16×16 tile, k along a row), the start of tile j = (rows 8·(j % 2), columns
+// 8·(j / 2)) — registers {(g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8)}, mma_a_at's;
+MIXSERVE_HD constexpr MmaAt ldmatrix_a_row(int lane) {
+  return {lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16)};
+}
+// for B stored by column (column n's k along a row: W[n, k]), row = k, col = n of the start of
+// tile j = (k 8·(j % 2), columns 8·(j / 2)): registers j = 0, 1 of the first 8 columns, j = 2, 3
+// of the next 8 — mma_b_at's for each.
+MIXSERVE_HD constexpr MmaAt ldmatrix_b_row(int lane) {
+  return {8 * ((lane / 8) % 2), lane % 8 + 8 * (lane / 16)};
+}
+
 #ifdef __CUDACC__
 template <typename T>
 struct Mma;
@@ -85,6 +101,29 @@ __device__ __forceinline__ void mma_load_b(uint32_t (&bf)[2], const uint16_t* b,
     const MmaAt at = mma_b_at(lane, reg, 0);
     bf[reg] = mma_pair(b + at.col * ldb + at.row);
   }
+}
+// The same registers by ldmatrix (shared memory; every row's start 16-byte aligned): A's four, and
+// B's of the two 8-column tiles at b and b + 8·ldb.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void mma_ldmatrix_a(uint32_t (&af)[4], const uint16_t* a, int lda,
+                                               int lane) {
+  const MmaAt at = ldmatrix_a_row(lane);
+  ldmatrix_x4(af, a + at.row * lda + at.col);
+}
+__device__ __forceinline__ void mma_ldmatrix_b2(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                                                const uint16_t* b, int ldb, int lane) {
+  const MmaAt at = ldmatrix_b_row(lane);
+  uint32_t r[4];
+  ldmatrix_x4(r, b + at.col * ldb + at.row);
+  b0[0] = r[0];
+  b0[1] = r[1];
+  b1[0] = r[2];
+  b1[1] = r[3];
 }
 #endif
 

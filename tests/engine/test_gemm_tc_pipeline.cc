@@ -6,7 +6,9 @@
 // the accumulators placed by the C map — equal, bit for bit, for every output of the block, to the
 // emulator MmaProbe.TensorCoreGemmBitsEqualTheEmulator holds the kernel to on a GPU (16-term steps
 // over k in increasing order up to K rounded up to 32, zeros past K). So the schedule, the tiles'
-// bookkeeping and the maps together deliver each output its own row and column in that order.
+// bookkeeping and the maps together deliver each output its own row and column in that order. (The
+// kernel loads the fragments with ldmatrix; MmaModel.LdmatrixRowsGiveTheFragmentMaps shows its
+// lanes' row starts put the same elements in the same registers as the maps used here.)
 #include <gtest/gtest.h>
 
 #include <cmath>

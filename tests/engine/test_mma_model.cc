@@ -86,6 +86,29 @@ TEST(MmaModel, FragmentMapsCoverEveryElementOnce) {
   EXPECT_EQ(mma_c_at(5, 3).col, 3);
 }
 
+// ldmatrix.x4 as the PTX ISA defines it (lane 8j + r gives row r of 8×8 tile j; element (r, c) of
+// tile j lands in lane 4r + c / 2, register j, half c % 2), fed the row starts ldmatrix_a_row and
+// ldmatrix_b_row give, puts in every lane's registers what mma_a_at and mma_b_at say belong there.
+TEST(MmaModel, LdmatrixRowsGiveTheFragmentMaps) {
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const int r = lane / 4, c = 2 * (lane % 4) + h;  // the element of tile j this place gets
+        const MmaAt a = ldmatrix_a_row(8 * j + r);       // its tile row's start, as A's rows
+        const MmaAt want_a = mma_a_at(lane, j, h);
+        EXPECT_EQ(a.row, want_a.row) << lane << " " << j << " " << h;
+        EXPECT_EQ(a.col + c, want_a.col) << lane << " " << j << " " << h;
+        // B: the tile row is column n, the 8 k run along it; registers j = 0, 1 of the first 8
+        // columns, 2, 3 of the next.
+        const MmaAt b = ldmatrix_b_row(8 * j + r);
+        const MmaAt want_b = mma_b_at(lane, j % 2, h);
+        EXPECT_EQ(b.row + c, want_b.row) << lane << " " << j << " " << h;
+        EXPECT_EQ(b.col, want_b.col + 8 * (j / 2)) << lane << " " << j << " " << h;
+        EXPECT_EQ(a.col % 8, 0);  // row starts on 16 bytes (8 halves) within the tile
+        EXPECT_EQ(b.row % 8, 0);
+      }
+}
+
 // Wide enough never to cut: one block of 16 is the exact sum rounded once, blocks of one product
 // rounded to nearest are an FMA chain.
 TEST(MmaModel, WideBlocksAreTheIeeeReferences) {
