@@ -5,9 +5,14 @@ the same run, and whether the target holds. Only what the files hold is reported
 files are missing says so.
 
   1. batch-1 step ≤ 100 µs for every mixer            (device µs a step, cuda-bench*.json)
-  2. ≥ 1M tok/s at batch 256 for aft_simple and retnet (device tok/s; end-to-end beside it)
-  3. ≥ 3× the CUDA-graph PyTorch peer, every mixer and batch (the fastest peer of peer*.json
-     against mixserve's end-to-end step: both are wall time a step, host work included)
+  2. ≥ 1M tok/s at batch 256 for aft_simple and retnet (device tok/s)
+  3. ≥ 3× the CUDA-graph PyTorch peer, every mixer and batch (the fastest peer of peer*.json,
+     whose steps are graph replays with the argmax fed back on the device and no sync between
+     them, against mixserve's device step)
+Beside each device figure, the bench's end-to-end one: the step as forward() returns it, host work,
+upload and launch included and every logit copied back — more than a server's step, which copies
+tokens back (device sampling; at batch 256 the 5 MB of logits are most of the difference), so it
+is shown, not judged. The verdicts are on device time, as the peers' are.
   4. the large config's batch-1 step reading its weights at ≥ 60% of HBM bandwidth
      (cuda-bench-large*.json's weight GB/s against cuda-sync.json's measured streaming bandwidth,
      and against the GPU's rating)
@@ -100,7 +105,9 @@ def targets(d):
         us = cell(defaults, m, 1, "device_us_per_step_median")
         opt, opt_us = best_option(paper, m, 1, "device_us_per_step_median")
         best = min(v for v in (us, opt_us) if v is not None) if (us or opt_us) else None
-        rows.append(dict(mixer=m, defaults_us=us, best_option=opt, best_option_us=opt_us,
+        rows.append(dict(mixer=m, defaults_us=us, defaults_e2e_us=cell(defaults, m, 1, "us_per_step_median"),
+                         best_option=opt, best_option_us=opt_us,
+                         best_option_e2e_us=cell(paper[opt], m, 1, "us_per_step_median") if opt else None,
                          holds=best is not None and best <= 100.0))
     out["targets"].append(dict(target="batch-1 step ≤ 100 µs, every mixer (device µs)", rows=rows,
                                holds=bool(rows) and all(r["holds"] for r in rows)))
@@ -111,12 +118,13 @@ def targets(d):
         if not defaults:
             break
         tok = cell(defaults, m, 256, "device_tok_s")
-        e2e = cell(defaults, m, 256, "tok_s")
         opt, opt_tok = best_option(paper, m, 256, "device_tok_s", lower_is_better=False)
         best = max(v for v in (tok, opt_tok) if v is not None) if (tok or opt_tok) else None
-        rows.append(dict(mixer=m, defaults_device_tok_s=tok, defaults_e2e_tok_s=e2e, best_option=opt,
-                         best_option_device_tok_s=opt_tok, holds=best is not None and best >= 1e6))
-    out["targets"].append(dict(target="≥ 1M tok/s at batch 256, aft_simple and retnet (device)", rows=rows,
+        rows.append(dict(mixer=m, defaults_tok_s=tok, defaults_e2e_tok_s=cell(defaults, m, 256, "tok_s"),
+                         best_option=opt, best_option_tok_s=opt_tok,
+                         best_option_e2e_tok_s=cell(paper[opt], m, 256, "tok_s") if opt else None,
+                         holds=best is not None and best >= 1e6))
+    out["targets"].append(dict(target="≥ 1M tok/s at batch 256, aft_simple and retnet (device tok/s)", rows=rows,
                                holds=bool(rows) and all(r["holds"] for r in rows)))
 
     # 3. the peers
@@ -127,13 +135,13 @@ def targets(d):
         if p is None:
             rows.append(dict(mixer=r["mixer"], batch=r["batch"], peer=None, holds=False))
             continue
-        ours = r["us_per_step_median"]
-        opt, opt_us = best_option(paper, r["mixer"], r["batch"], "us_per_step_median")
+        ours = r["device_us_per_step_median"]
+        opt, opt_us = best_option(paper, r["mixer"], r["batch"], "device_us_per_step_median")
         best = min(v for v in (ours, opt_us) if v is not None)
         rows.append(dict(mixer=r["mixer"], batch=r["batch"], peer=name, peer_us=p, defaults_us=ours,
-                         defaults_x=p / ours, best_option=opt, best_option_x=p / opt_us if opt_us else None,
-                         holds=p / best >= 3.0))
-    out["targets"].append(dict(target="≥ 3× the fastest PyTorch peer, every mixer and batch (end-to-end µs)",
+                         defaults_x=p / ours, defaults_e2e_x=p / r["us_per_step_median"], best_option=opt,
+                         best_option_x=p / opt_us if opt_us else None, holds=p / best >= 3.0))
+    out["targets"].append(dict(target="≥ 3× the fastest PyTorch peer, every mixer and batch (device µs)",
                                rows=rows, holds=bool(rows) and all(r["holds"] for r in rows),
                                missing=None if peer else "no peer*.json"))
 
@@ -175,15 +183,18 @@ def show(t):
                       f"  {fmt(r['of_rated'], '6.1%')} of rated")
             elif "peer" in r:
                 print(f"  {r['mixer']:<11} B={r['batch']:<4} peer {r['peer'] or '-':<26} {fmt(r.get('peer_us'), '8.0f')} µs"
-                      f"  defaults {fmt(r.get('defaults_x'), '5.2f')}×  best option {r.get('best_option') or '-'}"
-                      f" {fmt(r.get('best_option_x'), '5.2f')}×")
-            elif "defaults_device_tok_s" in r:
-                print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_device_tok_s'], '9.0f')} tok/s"
+                      f"  defaults {fmt(r.get('defaults_x'), '5.2f')}× (end to end {fmt(r.get('defaults_e2e_x'), '.2f')}×)"
+                      f"  best option {r.get('best_option') or '-'} {fmt(r.get('best_option_x'), '5.2f')}×")
+            elif "defaults_tok_s" in r:
+                print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_tok_s'], '9.0f')} tok/s"
                       f" (end to end {fmt(r['defaults_e2e_tok_s'], '.0f')})  best option"
-                      f" {r['best_option'] or '-'} {fmt(r['best_option_device_tok_s'], '.0f')}")
+                      f" {r['best_option'] or '-'} {fmt(r['best_option_tok_s'], '.0f')}"
+                      f" (end to end {fmt(r['best_option_e2e_tok_s'], '.0f')})")
             else:
-                print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_us'], '7.0f')} µs  best option"
-                      f" {r['best_option'] or '-'} {fmt(r['best_option_us'], '.0f')} µs")
+                print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_us'], '7.0f')} µs"
+                      f" (end to end {fmt(r['defaults_e2e_us'], '.0f')})  best option"
+                      f" {r['best_option'] or '-'} {fmt(r['best_option_us'], '.0f')} µs"
+                      f" (end to end {fmt(r['best_option_e2e_us'], '.0f')})")
 
 
 def main(argv=None):
