@@ -95,7 +95,8 @@ double median(std::vector<double> v) {
 //   logits: forward() alone — every logit copied to the host (what earlier runs measured);
 //   host:   forward() + engine/sampler on the host per sequence (the engine's verified path);
 //   device: forward_and_sample() with the device sampler (CudaBackendOptions::device_sampling),
-//           only with --device-sampling (a separate run, so a fault there cannot cost the others).
+//           only with --device-sampling (a separate run, so a fault there cannot cost the others);
+//   greedy: the same with temperature 0 (the device's arg-max, tokens back), with it too.
 // The sampling recipe is temperature 1, top-p 0.9 (sorts the vocabulary on both sides).
 nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightType wt, int batch,
                      int steps, int prompt, bool graphs, bool device_sampling) {
@@ -107,7 +108,7 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   CudaBackend backend(cfg, w, o);
   if (backend.device_sampling() != device_sampling)
     throw std::runtime_error("MIXSERVE_CUDA_SAMPLING overrides --device-sampling: unset it");
-  const int modes = device_sampling ? 3 : 2;
+  const int modes = device_sampling ? 4 : 2;
   PagePool pool(backend.total_pages());
   StateAllocator alloc(backend, pool);
   std::mt19937 rng(1);
@@ -131,19 +132,24 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   sp.seed = 42;
   TokenHistory history;
   history.init({}, V, false);
-  std::vector<SampleRow> rows;
-  for (int s = 0; s < batch; ++s) rows.push_back({s, &sp, &history, 0, false});
+  SamplingParams greedy;  // temperature 0: the device sampler's arg-max, no sort
+  greedy.temperature = 0.0f;
+  std::vector<SampleRow> rows, greedy_rows;
+  for (int s = 0; s < batch; ++s) {
+    rows.push_back({s, &sp, &history, 0, false});
+    greedy_rows.push_back({s, &greedy, &history, 0, false});
+  }
   std::vector<SampledToken> sampled;
   std::vector<int32_t> next(batch);
-  std::vector<double> times[3], device[3];
+  std::vector<double> times[4], device[4];
   for (int step = 0; step < warm + steps; ++step) {
     for (int& t : next) t = tok(rng);
     ForwardBatch b;
     for (int s = 0; s < batch; ++s) b.add_sequence(&next[s], 1, prompt + step, seqs[s]);
     const int mode = step % modes;
     const auto t0 = std::chrono::steady_clock::now();
-    if (mode == 2) {
-      backend.forward_and_sample(b, rows, sampled);
+    if (mode >= 2) {
+      backend.forward_and_sample(b, mode == 2 ? rows : greedy_rows, sampled);
     } else {
       backend.forward(b, logits);
       if (mode == 1)
@@ -162,7 +168,9 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   const double wbytes = static_cast<double>(backend.weight_bytes());
   // us_per_step: forward() end to end (host arrays in, all logits back on the host). device_us:
   // the GPU's share (batch upload to last logit), comparable to a peer that samples on the GPU.
-  // sample_host_us / sample_device_us: a whole step with a token per sequence, either way.
+  // sample_host_us / sample_device_us: a whole step with a token per sequence, either way (top-p
+  // 0.9); greedy_device_us: the same with the device sampler's arg-max — tokens back, the step a
+  // greedy server pays and what the PyTorch peers time (their arg-max fed back on the device).
   // weight_GBps: the bytes of every weight over the device time (a batch-1 step reads each once).
   nlohmann::json r = {
       {"batch", batch},
@@ -197,6 +205,8 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
     r["sample_device_tok_s"] = batch / median(times[2]);
+    r["greedy_device_us_per_step_median"] = median(times[3]) * 1e6;
+    r["greedy_device_tok_s"] = batch / median(times[3]);
   }
   return r;
 }

@@ -11,8 +11,10 @@ files are missing says so.
      them, against mixserve's device step)
 Beside each device figure, the bench's end-to-end one: the step as forward() returns it, host work,
 upload and launch included and every logit copied back — more than a server's step, which copies
-tokens back (device sampling; at batch 256 the 5 MB of logits are most of the difference), so it
-is shown, not judged. The verdicts are on device time, as the peers' are.
+tokens back (device sampling; at batch 256 the 5 MB of logits are most of the difference) — and,
+where the run has cuda-bench-sampling-full.json (--device-sampling), the greedy step with tokens
+back: the end-to-end step of a greedy server and of the peers. Shown, not judged: the verdicts are
+on device time, as the peers' are.
   4. the large config's batch-1 step reading its weights at ≥ 60% of HBM bandwidth
      (cuda-bench-large*.json's weight GB/s against cuda-sync.json's measured streaming bandwidth,
      and against the GPU's rating)
@@ -92,6 +94,7 @@ def fastest_peer(peer, mixer, batch):
 
 def targets(d):
     rs = runs(d)
+    sampled = load(os.path.join(d, "cuda-bench-sampling-full.json"))
     paper = {k: v for k, v in rs.items() if not k.startswith("large") and v.get("config", {}).get("d") != 1024}
     out = {"dir": d, "targets": []}
     defaults = paper.get("defaults")
@@ -106,6 +109,8 @@ def targets(d):
         opt, opt_us = best_option(paper, m, 1, "device_us_per_step_median")
         best = min(v for v in (us, opt_us) if v is not None) if (us or opt_us) else None
         rows.append(dict(mixer=m, defaults_us=us, defaults_e2e_us=cell(defaults, m, 1, "us_per_step_median"),
+                         defaults_greedy_e2e_us=cell(sampled, m, 1, "greedy_device_us_per_step_median")
+                         if sampled else None,
                          best_option=opt, best_option_us=opt_us,
                          best_option_e2e_us=cell(paper[opt], m, 1, "us_per_step_median") if opt else None,
                          holds=best is not None and best <= 100.0))
@@ -121,6 +126,7 @@ def targets(d):
         opt, opt_tok = best_option(paper, m, 256, "device_tok_s", lower_is_better=False)
         best = max(v for v in (tok, opt_tok) if v is not None) if (tok or opt_tok) else None
         rows.append(dict(mixer=m, defaults_tok_s=tok, defaults_e2e_tok_s=cell(defaults, m, 256, "tok_s"),
+                         defaults_greedy_e2e_tok_s=cell(sampled, m, 256, "greedy_device_tok_s") if sampled else None,
                          best_option=opt, best_option_tok_s=opt_tok,
                          best_option_e2e_tok_s=cell(paper[opt], m, 256, "tok_s") if opt else None,
                          holds=best is not None and best >= 1e6))
@@ -187,12 +193,14 @@ def show(t):
                       f"  best option {r.get('best_option') or '-'} {fmt(r.get('best_option_x'), '5.2f')}×")
             elif "defaults_tok_s" in r:
                 print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_tok_s'], '9.0f')} tok/s"
-                      f" (end to end {fmt(r['defaults_e2e_tok_s'], '.0f')})  best option"
+                      f" (end to end {fmt(r['defaults_e2e_tok_s'], '.0f')}, greedy tokens back"
+                      f" {fmt(r['defaults_greedy_e2e_tok_s'], '.0f')})  best option"
                       f" {r['best_option'] or '-'} {fmt(r['best_option_tok_s'], '.0f')}"
                       f" (end to end {fmt(r['best_option_e2e_tok_s'], '.0f')})")
             else:
                 print(f"  {r['mixer']:<11} defaults {fmt(r['defaults_us'], '7.0f')} µs"
-                      f" (end to end {fmt(r['defaults_e2e_us'], '.0f')})  best option"
+                      f" (end to end {fmt(r['defaults_e2e_us'], '.0f')}, greedy tokens back"
+                      f" {fmt(r['defaults_greedy_e2e_us'], '.0f')})  best option"
                       f" {r['best_option'] or '-'} {fmt(r['best_option_us'], '.0f')} µs"
                       f" (end to end {fmt(r['best_option_e2e_us'], '.0f')})")
 

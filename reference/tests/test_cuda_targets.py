@@ -36,8 +36,12 @@ class CudaTargets(unittest.TestCase):
             self.write(d, "cuda-bench-sequence-blocks.json",
                        bench([result("aft_simple", 1, 90), result("retnet", 1, 95), result("aft_simple", 256, 240),
                               result("retnet", 256, 400)]))
+            # the greedy steps with tokens back, shown beside (not an option)
+            self.write(d, "cuda-bench-sampling-full.json",
+                       bench([dict(result("aft_simple", 1, 10), greedy_device_us_per_step_median=320.0),
+                              dict(result("aft_simple", 256, 10), greedy_device_tok_s=700000.0)]))
             # left out: the base commit's, sampled steps, int8 weights (all "faster")
-            for name, w in (("cuda-bench-base.json", "f16"), ("cuda-bench-sampling-full.json", "f16"),
+            for name, w in (("cuda-bench-base.json", "f16"), ("cuda-bench-sample-candidates.json", "f16"),
                             ("cuda-bench-int8.json", "int8")):
                 self.write(d, name, bench([result("aft_simple", 256, 10), result("retnet", 256, 10)], weights=w))
             self.write(d, "peer-tuned.json", {"tuned_cudagraph_aft_simple/B1": {"ms_per_step": 0.3},
@@ -53,12 +57,15 @@ class CudaTargets(unittest.TestCase):
                           for r in one["rows"]],
                          [("aft_simple", "sequence-blocks", 90, 100), ("retnet", "sequence-blocks", 95, 105)])
         self.assertTrue(one["holds"])
+        self.assertEqual(one["rows"][0]["defaults_greedy_e2e_us"], 320.0)
+        self.assertIsNone(one["rows"][1]["defaults_greedy_e2e_us"])  # retnet: not in the sampled run
         rows = {r["mixer"]: r for r in many["rows"]}
         self.assertTrue(rows["aft_simple"]["holds"])  # 256 / 240 µs = 1.07M tok/s: the option's
         self.assertEqual(rows["aft_simple"]["best_option"], "sequence-blocks")
         self.assertFalse(rows["retnet"]["holds"])  # 256 / 300 µs = 0.85M; the option is slower
         self.assertLess(rows["aft_simple"]["best_option_e2e_tok_s"], 1.03e6)  # 256 / 250 µs: shown
         self.assertFalse(many["holds"])
+        self.assertEqual(rows["aft_simple"]["defaults_greedy_e2e_tok_s"], 700000.0)
         prow = {(r["mixer"], r["batch"]): r for r in peer["rows"]}
         self.assertEqual(prow[("aft_simple", 1)]["peer"], "tuned_cudagraph_aft_simple")  # the fastest
         self.assertAlmostEqual(prow[("aft_simple", 1)]["defaults_x"], 300 / 300)
