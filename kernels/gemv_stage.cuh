@@ -28,6 +28,14 @@ __host__ __device__ constexpr int row_words() {
 }
 static_assert(kChunk % kInt4Group == 0, "an int4 scale group never straddles a chunk");
 
+// A count known at compile time where one is (a whole chunk's), as an int: its / and % are then
+// shifts and masks, where a division by a run-time value is a subroutine on the GPU
+// (kernels/divisor.h); only K's last, shorter chunk divides.
+template <int N>
+struct Fixed {
+  __device__ constexpr operator int() const { return N; }
+};
+
 // acc += the chunk's terms for one output: weights wrow[0, len) of the chunk at c0, rows arow.
 template <typename WT>
 __device__ __forceinline__ float sum_chunk(const uint32_t* wrow, const float* arow, int len, int,
@@ -83,11 +91,17 @@ __device__ void copy_weight_chunk(const WT* W, int N, int K, int n0, int chunk, 
                 k_words = pipeline_words(K, weight_bits<WT>());
   const uint32_t* Wwords = reinterpret_cast<const uint32_t*>(W);  // a row is whole words
   uint32_t* ws = stage_weights(stage);
-  for (int e = threadIdx.x; e < rows_here * len_words; e += kThreads) {
-    const int j = e / len_words, w = e % len_words;
-    __pipeline_memcpy_async(&ws[j * row_words<WT>() + w],
-                            &Wwords[(n0 + j) * k_words + c0_words + w], 4);
-  }
+  auto copy = [&](auto words) {  // a whole chunk's: Fixed
+    for (int e = threadIdx.x; e < rows_here * words; e += kThreads) {
+      const int j = e / words, w = e % words;
+      __pipeline_memcpy_async(&ws[j * row_words<WT>() + w],
+                              &Wwords[(n0 + j) * k_words + c0_words + w], 4);
+    }
+  };
+  if (len == kChunk)
+    copy(Fixed<pipeline_words(kChunk, weight_bits<WT>())>{});
+  else
+    copy(len_words);
   __pipeline_commit();
 }
 
@@ -97,8 +111,14 @@ template <typename WT, typename Load>
 __device__ void copy_row_chunk(const Load& load, int M, int K, int chunk, int stage) {
   const int c0 = chunk * kChunk, len = min(kChunk, K - c0);
   float* as = stage_rows<WT>(stage);
-  for (int e = threadIdx.x; e < M * len; e += kThreads)
-    as[(e / len) * kChunk + e % len] = load(e / len, c0 + e % len);
+  auto copy = [&](auto n) {  // a whole chunk's: Fixed
+    for (int e = threadIdx.x; e < M * n; e += kThreads)
+      as[(e / n) * kChunk + e % n] = load(e / n, c0 + e % n);
+  };
+  if (len == kChunk)
+    copy(Fixed<kChunk>{});
+  else
+    copy(len);
 }
 
 // acc += this thread's terms of the chunk in stage `stage` (output lane, row r).
