@@ -5,7 +5,10 @@ commas; prints the table (step time, tokens/s, speed-up over the fastest peer of
 batch, and which peer that was) and plots step time against batch size per mixer.
   python3 bench/cuda_plot.py MIXSERVE.json PEER.json[,PEER2.json] OUT_PREFIX   (writes OUT_PREFIX.json/.png)
 """
-import argparse, json, subprocess, sys
+import argparse, json, os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import fastest_peer, load_peers  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("ours")
@@ -38,29 +41,13 @@ def load_optional(path):
 sampling, tc, tiled, large, large_tc, large_tiled, context = (
     load_optional(p) for p in (args.sampling, args.tc, args.tiled, args.large, args.large_tc, args.large_tiled,
                                args.context))
-peer = {"sources": {}}  # every file's cases ("name/B<batch>"), and each file's own fields under sources
-for path in peer_path.split(","):
-    try:
-        got = json.load(open(path))
-    except Exception as e:  # a peer run failed: keep our numbers and the other peers
-        peer["sources"][path] = {"error": repr(e)[:200]}
-        continue
-    peer.update({k: v for k, v in got.items() if "/B" in k})
-    peer["sources"][path] = {k: v for k, v in got.items() if "/B" not in k}
-
-def peer_us(mixer, batch):
-    """Fastest peer step (µs) and its name for this mixer and batch: the plain loop eager or in a
-    CUDA graph, the tuned step eager, in a CUDA graph or compiled; GPT-2's generate for attention."""
-    names = [f"{p}_{m}_{mixer}/B{batch}" for p in ("torch", "tuned") for m in ("eager", "cudagraph", "compiled")]
-    if mixer == "attention":
-        names.append(f"hf_gpt2_generate/B{batch}")
-    best = [(peer[n]["ms_per_step"] * 1e3, n.split("/")[0]) for n in names
-            if isinstance(peer.get(n), dict) and "ms_per_step" in peer[n]]
-    return min(best) if best else (None, None)
+# Every file's cases ("name/B<batch>"), and each file's own fields under "sources".
+cases, sources = load_peers(peer_path.split(","))
+peer = dict(cases, sources=sources)
 
 rows = []
 for r in ours["results"]:
-    p, peer_name = peer_us(r["mixer"], r["batch"])
+    p, peer_name = fastest_peer(cases, r["mixer"], r["batch"])
     dev = r.get("device_us_per_step_median", r["us_per_step_median"])
     rows.append(dict(mixer=r["mixer"], batch=r["batch"], us=r["us_per_step_median"], tok_s=r["tok_s"],
                      dev_us=dev, dev_tok_s=r["batch"] / dev * 1e6, peer_us=p, peer=peer_name,

@@ -27,8 +27,10 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import fastest_peer, load_peers  # noqa: E402
+
 RATED_TBPS = {"H100": 3.35, "H200": 4.8}  # the GPUs' rated HBM bandwidth (TB/s), for reference
-PEER_MODES = ("torch_eager", "torch_cudagraph", "tuned_eager", "tuned_cudagraph", "tuned_compiled")
 
 
 def load(path):
@@ -76,22 +78,6 @@ def best_option(rs, mixer, batch, key, lower_is_better=True):
     return best
 
 
-def peers(d):
-    merged = {}
-    for path in sorted(glob.glob(os.path.join(d, "peer*.json"))):
-        data = load(path) or {}
-        merged.update({k: v for k, v in data.items() if "/B" in k and isinstance(v, dict) and "ms_per_step" in v})
-    return merged
-
-
-def fastest_peer(peer, mixer, batch):
-    names = [f"{m}_{mixer}/B{batch}" for m in PEER_MODES]
-    if mixer == "attention":
-        names.append(f"hf_gpt2_generate/B{batch}")
-    got = [(peer[n]["ms_per_step"] * 1e3, n.split("/")[0]) for n in names if n in peer]
-    return min(got) if got else (None, None)
-
-
 def targets(d):
     rs = runs(d)
     sampled = load(os.path.join(d, "cuda-bench-sampling-full.json"))
@@ -134,7 +120,7 @@ def targets(d):
                                holds=bool(rows) and all(r["holds"] for r in rows)))
 
     # 3. the peers
-    peer = peers(d)
+    peer, _ = load_peers(sorted(glob.glob(os.path.join(d, "peer*.json"))))
     rows = []
     for r in (defaults["results"] if defaults and peer else []):
         p, name = fastest_peer(peer, r["mixer"], r["batch"])

@@ -11,13 +11,14 @@ namespace mixserve::cuda {
 // rows[s·K + k] = A[s, k] of the lag matrix (lag_term), one (sequence, k) per item; every sequence
 // one row (a decode pass), so row s is sequence s's.
 struct LagRowCore {
-  LagIn in;
-  Divisor K;  // the lag matrix's W·d columns
+  LagIn in;  // K = W·d columns: idx / K = (idx / d) / W, by the divisors it has
   float* rows;
 
   __device__ void operator()(int64_t idx) const {
-    const uint32_t s = K.div(static_cast<uint32_t>(idx));  // M·K < 2^32: ≤ 512 rows, K ≤ 4,096
-    rows[idx] = lag_term(in, static_cast<int>(s), static_cast<int>(idx - int64_t{s} * K.d));
+    // M·K < 2^32: ≤ 512 rows, K ≤ 4,096
+    const uint32_t s = in.window.div(in.d.div(static_cast<uint32_t>(idx)));
+    const int64_t K = int64_t{in.window.d} * in.d.d;
+    rows[idx] = lag_term(in, static_cast<int>(s), static_cast<int>(idx - s * K));
   }
 };
 
@@ -29,7 +30,7 @@ void gemm_lags_in(cudaStream_t stream, const LagIn& in, const DevMatrix& w, int 
                   const GemmOut& out, float* partial) {
   if (gemm_chain::sequence_chain_open() &&
       sequence_blocks::sequence_blocks_apply(w, M, in.batch.n_seq)) {
-    launch_core<Set>(stream, LagRowCore{in, Divisor(w.k), partial}, int64_t{M} * w.k);
+    launch_core<Set>(stream, LagRowCore{in, partial}, int64_t{M} * w.k);
     GemmIn rows;
     rows.x = partial;
     rows.ldx = w.k;

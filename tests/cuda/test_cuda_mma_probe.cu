@@ -137,17 +137,12 @@ void gemm_against_emulator(const MmaFormat& f, CudaWeightType type) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (const auto& [N, K] : {std::pair{96, 128}, {72, 200}, {640, 512}})
     for (int M : {1, 5, 64, 130}) {
-      std::vector<float> x(static_cast<size_t>(M) * K), w(static_cast<size_t>(N) * K), bias(N);
-      for (float& v : x) v = dist(rng);
-      for (float& v : w) v = dist(rng) / 16;
-      for (float& v : bias) v = dist(rng);
+      const auto [x, w, bias] = random_gemm_operands(M, N, K, rng, dist);
       DeviceWeights dw(type);
       dw.use_tensor_cores(true);
       const DevMatrix m = dw.matrix(w.data(), bias.data(), N, K);
       ASSERT_TRUE(m.tensor_cores);
-      DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(M) * N);
-      CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-      const std::vector<float> y = device_gemm(m, dx.get(), dy.get(), M);
+      const std::vector<float> y = device_gemm(m, x, M);
       const int padded = (K + 31) / 32 * 32;
       for (int r = 0; r < M; ++r)
         for (int n = 0; n < N; ++n) {

@@ -49,10 +49,7 @@ void check(const Setting& s, const std::vector<int>& Ms, int N, int K, int strid
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int max_m = *std::max_element(Ms.begin(), Ms.end());
-  std::vector<float> x(static_cast<size_t>(max_m) * K), w(static_cast<size_t>(N) * K), bias(N);
-  for (float& v : x) v = dist(rng);
-  for (float& v : w) v = dist(rng) / 16;
-  for (float& v : bias) v = dist(rng);
+  const auto [x, w, bias] = random_gemm_operands(max_m, N, K, rng, dist);
   DeviceWeights dw(s.type);
   dw.use_ordered_sums(s.ordered);
   dw.use_small_batch_gemv(s.gemv);

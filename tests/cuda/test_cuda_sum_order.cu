@@ -28,18 +28,13 @@ float widened(float w, CudaWeightType t) {
 void check(CudaWeightType type, int M, int N, int K, uint32_t seed, bool gemv = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(M) * K), w(static_cast<size_t>(N) * K), bias(N);
-  for (float& v : x) v = dist(rng);
-  for (float& v : w) v = dist(rng) / 16;
-  for (float& v : bias) v = dist(rng);
+  const auto [x, w, bias] = random_gemm_operands(M, N, K, rng, dist);
   DeviceWeights dw(type);
   dw.use_ordered_sums(true);
   dw.use_small_batch_gemv(gemv);  // M ≤ 8: gemv_ordered.cu (where it applies) instead of the tile
   const DevMatrix m = dw.matrix(w.data(), bias.data(), N, K);
   ASSERT_TRUE(m.ordered_sums);
-  DeviceBuffer<float> dx(x.size()), dy(static_cast<size_t>(M) * N);
-  CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-  const std::vector<float> y = device_gemm(m, dx.get(), dy.get(), M);
+  const std::vector<float> y = device_gemm(m, x, M);
   std::vector<float> wn(K);
   for (int n = 0; n < N; ++n) {
     for (int k = 0; k < K; ++k) wn[k] = widened(w[static_cast<size_t>(n) * K + k], type);

@@ -80,6 +80,7 @@ class CudaExtractor : public CudaPart {
       : kind_(layer.kind),
         d_(static_cast<int>(cfg.d_model)),
         window_(static_cast<int>(layer.window)),
+        by_d_(cfg.d_model),
         ring_(layer.window),
         warp_cores_(dw.warp_cores()) {
     const float* ext = w.get(p + "ext");
@@ -118,7 +119,7 @@ class CudaExtractor : public CudaPart {
     float* ext = st.s.mixed;
     const int64_t items = int64_t{rows} * d;  // (row, channel)
     if (kind_ == MixerKind::kShe) {
-      gemm_lags_in<ExtractorCores>(st.stream, LagIn{st.batch, st.pages, src, Divisor(d), ring_},
+      gemm_lags_in<ExtractorCores>(st.stream, LagIn{st.batch, st.pages, src, by_d_, ring_},
                                    ext_matrix_, rows, to(ext, d), st.s.partial);
     } else {
       const bool me = kind_ == MixerKind::kMe;
@@ -141,7 +142,7 @@ class CudaExtractor : public CudaPart {
  private:
   MixerKind kind_;
   int d_, window_;
-  Divisor ring_;  // window_, as the kernels divide by it
+  Divisor by_d_, ring_;  // d_ and window_, as the kernels divide by them
   bool warp_cores_;
   const float* ext_ = nullptr;
   DevMatrix ext_matrix_, inp_, adj_, out_;

@@ -159,14 +159,14 @@ struct LinearCore {
   LinearParams p;
   float* out;
   int parts;                     // heads
-  int threads, smem;             // linear_kernel's block
+  int columns;                   // the threads a head needs: a column (or a feature) each
+  int threads, smem;             // linear_kernel's block: the rest only hurry S's copies
   bool s_in_smem, s_in_scratch;  // S and z in shared memory on their own, in a sequence kernel
 
   __device__ void run_block(int s, int hd, float* scratch, double* red) const {
     linear_head(b, pages, qkv, p, s, hd, scratch, red, s_in_scratch, out);
   }
-  // The threads the head needs (a column each); the rest of `threads` only hurry S's copies.
-  bool fits_sequence_block() const { return std::max(p.h, p.m) <= kSeqThreads; }
+  bool fits_sequence_block() const { return columns <= kSeqThreads; }
   void launch_alone(cudaStream_t stream) const {
     launch_kernel(linear_kernel, b.n_seq * parts, threads, smem, stream, b, pages, qkv, p,
                   s_in_smem, out);
@@ -209,11 +209,12 @@ class CudaLinear : public CudaPart {
         p_.maps[i][1] = dw.f32(w.get(p + names[i] + ".bias"), h);
       }
     }
-    if (std::max(h, m) > 1024)
+    columns_ = std::max(h, m);
+    if (columns_ > 1024)
       throw std::invalid_argument("CUDA linear attention: head or features above 1024");
     const int64_t small = 2 * m + 3, state = int64_t{m} * h + m;
     s_in_smem_ = (small + state) * sizeof(float) <= 96 * 1024;
-    threads_ = state_block_threads(std::max(h, m), s_in_smem_ ? state : 0,
+    threads_ = state_block_threads(columns_, s_in_smem_ ? state : 0,
                                    max_block_threads(linear_kernel), "CUDA linear attention");
     s_in_scratch_ = small + state <= kSeqScratchFloats;
     smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
@@ -226,8 +227,8 @@ class CudaLinear : public CudaPart {
     const int rows = st.rows, d = p_.d;
     gemm(st.stream, normed_rows_of(st.x, d, st.norm), qkv_, rows, to(st.s.proj, 3 * d));
     launch_block_core(st.stream,
-                      LinearCore{st.batch, st.pages, st.s.proj, p_, st.s.mixed, p_.n, threads_,
-                                 smem_, s_in_smem_, s_in_scratch_},
+                      LinearCore{st.batch, st.pages, st.s.proj, p_, st.s.mixed, p_.n, columns_,
+                                 threads_, smem_, s_in_smem_, s_in_scratch_},
                       st.batch.n_seq);
     gemm(st.stream, rows_of(st.s.mixed, d), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -235,7 +236,7 @@ class CudaLinear : public CudaPart {
  private:
   DevMatrix qkv_, o_;
   LinearParams p_{};
-  int threads_ = 32;
+  int columns_ = 0, threads_ = 32;
   bool s_in_smem_ = true,
        s_in_scratch_ = true;  // S, z in shared memory: own kernel, sequence kernel
   int smem_ = 0;

@@ -115,14 +115,14 @@ __global__ void retnet_kernel(RetnetArgs a, bool s_in_smem) {
 struct RetnetCore {
   RetnetArgs a;
   int parts;                     // heads
-  int threads, smem;             // retnet_kernel's block
+  int columns;                   // the threads a head needs: a column (or a RoPE pair) each
+  int threads, smem;             // retnet_kernel's block: the rest only hurry S's copies
   bool s_in_smem, s_in_scratch;  // S in shared memory on its own, and in a sequence kernel
 
   __device__ void run_block(int s, int hd, float* scratch, double* red) const {
     retnet_head(a, s, hd, scratch, red, s_in_scratch);
   }
-  // The threads the head needs (a column each); the rest of `threads` only hurry S's copies.
-  bool fits_sequence_block() const { return std::max(a.sh.hv, a.sh.h / 2) <= kSeqThreads; }
+  bool fits_sequence_block() const { return columns <= kSeqThreads; }
   void launch_alone(cudaStream_t stream) const {
     launch_kernel(retnet_kernel, a.b.n_seq * parts, threads, smem, stream, a, s_in_smem);
   }
@@ -156,9 +156,9 @@ class CudaRetnet : public CudaPart {
     s_in_scratch_ = 2 * sh_.h + int64_t{sh_.h} * sh_.hv <= kSeqScratchFloats;
     // Thread c < hv owns column c, c < h/2 rotates pair c; extra threads only help load and store
     // S.
-    threads_ =
-        state_block_threads(std::max(sh_.hv, sh_.h / 2), s_in_smem_ ? int64_t{sh_.h} * sh_.hv : 0,
-                            max_block_threads(retnet_kernel), "CUDA retnet");
+    columns_ = std::max(sh_.hv, sh_.h / 2);
+    threads_ = state_block_threads(columns_, s_in_smem_ ? int64_t{sh_.h} * sh_.hv : 0,
+                                   max_block_threads(retnet_kernel), "CUDA retnet");
     smem_ = static_cast<int>((2 * sh_.h + (s_in_smem_ ? sh_.h * sh_.hv : 0)) * sizeof(float));
     if (smem_ > 48 * 1024)
       CUDA_CHECK(
@@ -174,7 +174,8 @@ class CudaRetnet : public CudaPart {
          to(st.s.proj, 2 * d + 2 * sh_.dv));
     const RetnetArgs a{st.batch, st.pages,     st.s.proj, sh_,   gamma_,    cos_,
                        sin_,     decay_scale_, gn_eps_,   gn_w_, st.s.mixed};
-    launch_block_core(st.stream, RetnetCore{a, sh_.n, threads_, smem_, s_in_smem_, s_in_scratch_},
+    launch_block_core(st.stream,
+                      RetnetCore{a, sh_.n, columns_, threads_, smem_, s_in_smem_, s_in_scratch_},
                       st.batch.n_seq);
     gemm(st.stream, rows_of(st.s.mixed, sh_.dv), o_, rows, to(st.x, d, Epi::kAdd));
   }
@@ -186,7 +187,7 @@ class CudaRetnet : public CudaPart {
   const float *gamma_ = nullptr, *cos_ = nullptr, *sin_ = nullptr, *decay_scale_ = nullptr;
   const float* gn_w_ = nullptr;                  // [hv] after the group norm, or null
   bool s_in_smem_ = true, s_in_scratch_ = true;  // S in shared memory: own kernel, sequence kernel
-  int smem_ = 0, threads_ = 128;
+  int smem_ = 0, columns_ = 0, threads_ = 128;
 };
 
 }  // namespace
