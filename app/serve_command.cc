@@ -50,6 +50,7 @@ struct ServeFlags {
   double engine_stall_seconds = 60;
   std::string log_level = "info", log_format = "text";
   bool log_prompts = false;
+  bool overlap_steps = false;
 };
 
 void add_serve_flags(CLI::App& app, ServeFlags& f) {
@@ -121,6 +122,9 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--prefill-chunk", f.prefill_chunk, "prefill chunk size in tokens")
       ->check(cli::count())
       ->capture_default_str();
+  cli::add_bool(app, "--overlap-steps", f.overlap_steps,
+                "queue each engine step before the previous one's tokens reach the host (pays on "
+                "a GPU; docs/scheduler.md)");
   app.add_option("--cache-entries", f.cache_entries,
                  "prefix-cache and session entries per model (0: off)")
       ->check(cli::non_negative())
@@ -300,6 +304,7 @@ int serve_command(int argc, char** argv) {
       eo.step_token_budget = a.step_token_budget;
       eo.prefill_chunk = a.prefill_chunk;
       eo.cache_entries = a.cache_entries;
+      eo.overlap_steps = a.overlap_steps;
       eo.session_ttl_s = a.session_ttl;
       eo.on_step = metrics.add_model(served->model.id, served->model.config, served->mixers);
       eo.before_busy_step = test_stall_hook();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace mixserve {
 
@@ -35,6 +36,35 @@ void Backend::logits_row(int32_t row, float* host) const {
   if (row < 0 || (row + 1) * V > static_cast<int64_t>(sample_logits_.size()))
     throw std::out_of_range("logits_row: row outside the last forward pass's logits");
   std::memcpy(host, sample_logits_.data() + row * V, V * sizeof(float));
+}
+
+void Backend::launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows) {
+  const ForwardBatch* run = &batch;
+  for (size_t r = 0; r < batch.tokens.size(); ++r) {
+    const int32_t t = batch.tokens[r];
+    if (t >= 0) continue;
+    if (run == &batch) {
+      resolved_ = batch;
+      run = &resolved_;
+    }
+    const int64_t j = -1 - int64_t{t};
+    if (j >= static_cast<int64_t>(last_sampled_.size()))
+      throw std::out_of_range("launch_and_sample: no sampled token " + std::to_string(j) +
+                              " in the previous launch");
+    resolved_.tokens[r] = last_sampled_[j];
+  }
+  Launched l;
+  forward_and_sample(*run, rows, l.tokens, &l.sample_seconds);
+  last_sampled_.clear();
+  for (const SampledToken& t : l.tokens) last_sampled_.push_back(t.token);
+  launched_.push_back(std::move(l));
+}
+
+void Backend::collect_sampled(std::vector<SampledToken>& tokens, double* sample_seconds) {
+  if (launched_.empty()) throw std::logic_error("collect_sampled: nothing was launched");
+  tokens = std::move(launched_.front().tokens);
+  if (sample_seconds) *sample_seconds = launched_.front().sample_seconds;
+  launched_.erase(launched_.begin());
 }
 
 }  // namespace mixserve

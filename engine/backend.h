@@ -29,6 +29,9 @@ struct ForwardBatch {
 
   int n_seq() const { return static_cast<int>(pos0.size()); }
   // Inline: the engine calls it for every running request on every step.
+  // A decode row whose token is not on the host yet: the one the previous
+  // Backend::launch_and_sample sampled for its sample row `sample_row` (overlapped steps).
+  static constexpr int32_t sampled_token(int32_t sample_row) { return -1 - sample_row; }
   void add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state) {
     if (row_start.empty()) row_start.push_back(0);
     if (n == 1)
@@ -82,6 +85,19 @@ class Backend {
   // engine needs a prompt's last row on the host only for a prefix-cache snapshot.
   virtual void logits_row(int32_t row, float* host) const;
 
+  // Overlapped steps (EngineOptions::overlap_steps): launch_and_sample queues what
+  // forward_and_sample does and may return before it has run; collect_sampled waits for the
+  // oldest launch not yet collected and gives its tokens. A row of the batch may be
+  // ForwardBatch::sampled_token(j): the token the previous launch sampled for its row j, which a
+  // device backend reads where its sampler wrote it, so the engine can queue step N + 1 before
+  // step N's tokens reach the host. Every other call (state pages, logits_row, forward) acts
+  // after the launches before it, as on one CUDA stream. The default runs each launch at once
+  // (the CPU backend's: it has no host work to hide); a device backend overrides both.
+  virtual void launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows);
+  virtual void collect_sampled(std::vector<SampledToken>& tokens, double* sample_seconds = nullptr);
+  // Whether launch_and_sample returns before the pass has run (a device backend that overlaps).
+  virtual bool overlaps() const { return false; }
+
   // Writes the initial state (zeros, or the running-max sentinel) of layer `layer` into pages.
   virtual void init_state(int layer, const std::vector<int32_t>& pages) = 0;
   // Page contents to and from host memory (snapshots, swapping, tests) and page to page copies.
@@ -104,6 +120,15 @@ class Backend {
  private:
   std::vector<double> no_timing_;
   std::vector<float> sample_logits_;  // the default forward_and_sample's host logits
+  // The default launch_and_sample's results, oldest first, and the last launch's tokens (what a
+  // sampled_token row reads).
+  struct Launched {
+    std::vector<SampledToken> tokens;
+    double sample_seconds = 0;
+  };
+  std::vector<Launched> launched_;
+  std::vector<int32_t> last_sampled_;
+  ForwardBatch resolved_;
 };
 
 }  // namespace mixserve

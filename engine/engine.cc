@@ -210,6 +210,11 @@ void Engine::stop() {
   std::lock_guard<std::mutex> inline_lock(inline_mu_);
   run_tasks();  // queued before stop_ was set: their callers are waiting
   drain_inbox();
+  if (has_inflight_) {  // its tokens are no one's now: its requests end below
+    has_inflight_ = false;
+    backend_->collect_sampled(sampled_tokens_);
+    for (Sequence* s : inflight_.seqs) --s->inflight;
+  }
   // The message tells front ends that the server, not the client, ended these: the client is
   // still there and must hear why its request stopped.
   const std::string why = "the server shut down before the request finished";
@@ -317,7 +322,12 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   const bool stop_id =
       r.has_stop_ids && std::find(r.p.stop_token_ids.begin(), r.p.stop_token_ids.end(), token) !=
                             r.p.stop_token_ids.end();
-  if (eos || stop_id) return finish(r, FinishReason::kStop);
+  if (eos || stop_id) {
+    // A step launched ahead fed it already (overlap_steps): the state covers it, and so must the
+    // tokens a prefix-cache entry of that state is kept under.
+    if (r.fed > r.total) r.tokens.push_back(token);
+    return finish(r, FinishReason::kStop);
+  }
   TokenOutput out;
   out.request_id = r.id;
   out.token = token;
@@ -346,6 +356,99 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
   finish(r, stopped ? FinishReason::kStop : FinishReason::kLength, "", std::move(out));
 }
 
+// Queues the step over `kept` (the batch scheduler_.fill_batch made) and hands out the tokens that
+// are due. Without overlap_steps: the forward pass and sampling, then this step's tokens. With
+// it: the step is launched, then the tokens of the launch before (in flight since the last
+// step) are read while the device runs this one; this step stays in flight unless its tokens
+// are needed before the next launch — a prompt's logits for the prefix cache (the next launch
+// overwrites them), or a request whose next row cannot be fed from the device (penalties count
+// the tokens on the host; a session's kept state must end at its last token).
+void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t0,
+                         StepReport& report) {
+  Launch& l = launch_;
+  l.seqs.assign(kept.begin(), kept.end());
+  l.rows.clear();
+  l.snapshot = false;
+  bool hold = false;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    Live& r = live(*kept[i]);
+    const bool ahead = r.end > r.total;  // fed the token on its way from the launch in flight
+    (r.end - r.fed == 1 && (r.generated > 0 || ahead) ? report.decode_rows : report.prefill_rows) +=
+        r.end - r.fed;
+    if (r.end < r.total) continue;  // a prompt chunk with more to come: nothing to sample
+    // The RNG counter is the token's index: one more for a row fed a token not yet counted.
+    l.rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
+                      static_cast<uint64_t>(r.generated + (ahead ? 1 : 0)), r.return_logprob});
+    l.snapshot |= !ahead && r.generated == 0 && opts_.cache_entries > 0 &&
+                  r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt;
+    hold |= r.penalized || !r.session.empty();
+  }
+  report.schedule_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  report.sequences = static_cast<int>(kept.size());
+  report.batch = &batch_;
+  const auto tf = Clock::now();
+  double sample_s = 0;
+  if (!opts_.overlap_steps) {
+    backend_->forward_and_sample(batch_, l.rows, sampled_tokens_, &sample_s);
+    for (Sequence* s : kept) s->fed = s->end;
+  } else {
+    backend_->launch_and_sample(batch_, l.rows);
+    for (Sequence* s : kept) {
+      s->fed = s->end;
+      s->ahead = -1;  // its row took it
+      ++s->inflight;
+    }
+  }
+  report.forward_s += std::chrono::duration<double>(Clock::now() - tf).count() - sample_s;
+  report.sample_s += sample_s;
+  report.mixer_seconds = &backend_->mixer_seconds();
+  if (!opts_.overlap_steps) return collect(l, report);
+  if (has_inflight_) {
+    has_inflight_ = false;
+    ++overlapped_;
+    collect(inflight_, report);
+  }
+  if (l.snapshot || hold) return collect(l, report);
+  std::swap(launch_, inflight_);
+  has_inflight_ = true;
+  // The requests that go on after the token this launch samples are fed it from the device
+  // next step.
+  const int64_t context = model_.config.max_seq_len;
+  for (size_t k = 0; k < inflight_.rows.size(); ++k) {
+    Live& r = live(*inflight_.seqs[static_cast<size_t>(inflight_.rows[k].row)]);
+    if (!r.done && r.state.allocated() && r.generated + 1 < r.max_tokens &&
+        static_cast<int64_t>(r.tokens.size()) + 1 < context)
+      r.ahead = static_cast<int32_t>(k);
+  }
+}
+
+void Engine::collect(Launch& l, StepReport& report) {
+  const auto tc = Clock::now();
+  double sample_s = 0;
+  if (opts_.overlap_steps) backend_->collect_sampled(sampled_tokens_, &sample_s);
+  report.forward_s += std::chrono::duration<double>(Clock::now() - tc).count() - sample_s;
+  report.sample_s += sample_s;
+  const int64_t V = model_.config.vocab_size;
+  size_t next = 0;  // l.rows[next] is the next row that sampled
+  for (size_t i = 0; i < l.seqs.size(); ++i) {
+    Live& r = live(*l.seqs[i]);
+    if (opts_.overlap_steps) {
+      --r.inflight;
+      r.ahead = -1;  // its token is on the host now (if no later launch took it already)
+    }
+    if (next == l.rows.size() || l.rows[next].row != static_cast<int32_t>(i)) continue;
+    SampledToken& token = sampled_tokens_[next++];
+    if (r.done) continue;  // ended while this launch ran: its token is dropped
+    if (l.snapshot && r.generated == 0 && r.end == r.total && opts_.cache_entries > 0 &&
+        r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt) {
+      logits_.resize(V);  // the prompt's last row, for repeats
+      backend_->logits_row(static_cast<int32_t>(i), logits_.data());
+      cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
+    }
+    emit_token(r, std::move(token));
+  }
+}
+
 bool Engine::step() {
   const auto t0 = Clock::now();
   StepReport report;
@@ -368,44 +471,14 @@ bool Engine::step() {
       emit_token(r, std::move(token));
       worked = true;
     }
-  ForwardBatch& batch = batch_;  // a member, so a step allocates nothing in steady state
-  const std::vector<Sequence*>& kept = scheduler_.fill_batch(batch);
-  // Rows that end their request's known tokens get a token; the backend samples them (on the
-  // device for a GPU backend) and returns only the tokens.
-  std::vector<SampleRow>& rows = sample_rows_;
-  rows.clear();
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const Live& r = live(*kept[i]);
-    (r.end - r.fed == 1 && r.generated > 0 ? report.decode_rows : report.prefill_rows) +=
-        r.end - r.fed;
-    if (r.end == r.total)
-      rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
-                      static_cast<uint64_t>(r.generated), r.return_logprob});
-  }
+  const std::vector<Sequence*>& kept = scheduler_.fill_batch(batch_);
   if (!kept.empty()) {
     worked = true;
-    const auto tf = Clock::now();
-    report.schedule_s = std::chrono::duration<double>(tf - t0).count();
-    double sample_s = 0;
-    backend_->forward_and_sample(batch, rows, sampled_tokens_, &sample_s);
-    report.forward_s = std::chrono::duration<double>(Clock::now() - tf).count() - sample_s;
-    report.sample_s += sample_s;
-    report.sequences = static_cast<int>(kept.size());
-    report.batch = &batch;
-    report.mixer_seconds = &backend_->mixer_seconds();
-    size_t next = 0;  // sampled_tokens_[next] is the token of the next row in `rows`
-    for (size_t i = 0; i < kept.size(); ++i) {
-      Live& r = live(*kept[i]);
-      r.fed = r.end;
-      if (r.fed != r.total) continue;
-      if (r.generated == 0 && opts_.cache_entries > 0 && r.n_prompt >= opts_.cache_min_tokens &&
-          r.cached < r.n_prompt) {
-        logits_.resize(V);  // the prompt's last row, for repeats
-        backend_->logits_row(static_cast<int32_t>(i), logits_.data());
-        cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
-      }
-      emit_token(r, std::move(sampled_tokens_[next++]));
-    }
+    launch_step(kept, t0, report);
+  } else if (has_inflight_) {  // nothing more to queue: the last launch's tokens
+    worked = true;
+    has_inflight_ = false;
+    collect(inflight_, report);
   }
   scheduler_.remove_finished();
   const auto now = Clock::now();
@@ -431,6 +504,7 @@ void Engine::update_stats(bool detailed) {
   stats_.waiting = static_cast<int>(scheduler_.waiting().size() + inbox_.size());
   stats_.preemptions = scheduler_.preemptions();
   stats_.finished = scheduler_.finished();
+  stats_.overlapped_steps = overlapped_;
   stats_.pages_used = pool_.used() - alloc_.spare_count();  // spares are free to any request
   stats_.pages_total = pool_.total();
   ++stats_.steps;

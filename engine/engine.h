@@ -46,6 +46,12 @@ struct EngineOptions {
   int32_t cache_min_tokens = 16;    // shorter prompts are not snapshotted (their prefill is cheap)
   double session_ttl_s = 600;       // a named session's state is kept this long after its turn
   std::function<void(const StepReport&)> on_step;  // optional; must be quick
+  // Overlapped steps: queue step N + 1 before reading step N's tokens, its decode rows fed the
+  // tokens step N samples where the backend put them (Backend::launch_and_sample), so the host's
+  // work for a step — planning, the upload, the launch, handing tokens to clients — runs while
+  // the device computes the one before. The tokens are the same as without it. Only a device
+  // backend gains (Backend::overlaps); docs/scheduler.md, "Overlapped steps".
+  bool overlap_steps = false;
   // Called on the engine thread at the start of every step that has requests to work on. For
   // tests that stall the engine (the liveness check, docs/api.md); empty in production.
   std::function<void()> before_busy_step;
@@ -66,6 +72,7 @@ struct EngineStats {
   int max_running = 0, max_queue = 0;  // the limits (EngineOptions max_batch, max_queue)
   int32_t pages_used = 0, pages_total = 0;
   uint64_t steps = 0, preemptions = 0, finished = 0;
+  uint64_t overlapped_steps = 0;  // launched while the previous step was in flight
   // Pool accounting by state kind (pages held by running requests) and how much of what is
   // allocated holds live state: live floats / allocated floats, 1.0 when nothing is wasted.
   int32_t pages_constant = 0, pages_ring = 0, pages_kv = 0;
@@ -147,6 +154,16 @@ class Engine {
   void update_stats(bool detailed);
   void finish(Live& r, FinishReason reason, const std::string& error = "", TokenOutput out = {});
   void emit_token(Live& r, SampledToken&& sampled);
+  // A launched step: its requests in batch order and the rows it samples (SampleRow::row indexes
+  // `seqs`, ascending).
+  struct Launch {
+    std::vector<Sequence*> seqs;
+    std::vector<SampleRow> rows;
+    bool snapshot = false;  // a prompt ends in it whose logits the prefix cache keeps
+  };
+  void launch_step(const std::vector<Sequence*>& kept, Clock::time_point t0, StepReport& report);
+  // Waits for launch l's tokens and hands them to their requests.
+  void collect(Launch& l, StepReport& report);
   void run_on_engine(const std::function<void()>& fn);  // see list_sessions
   void run_tasks();
   std::string import_now(SessionRecord& r);
@@ -160,9 +177,11 @@ class Engine {
   PrefixCache cache_;
   Scheduler scheduler_;  // engine thread only (and stop(), once the thread has ended)
   Clock::time_point next_detail_;
-  std::vector<float> logits_;           // a prompt's last logits row for a cache snapshot, reused
-  std::vector<SampleRow> sample_rows_;  // the rows a step samples
-  std::vector<SampledToken> sampled_tokens_;  // their tokens, from the backend
+  std::vector<float> logits_;  // a prompt's last logits row for a cache snapshot, reused
+  Launch launch_, inflight_;   // the step being launched; the one in flight (overlap_steps)
+  bool has_inflight_ = false;
+  uint64_t overlapped_ = 0;                   // steps launched while one was in flight
+  std::vector<SampledToken> sampled_tokens_;  // a launch's tokens, from the backend
   ForwardBatch batch_;
 
   mutable std::mutex mu_;  // guards inbox_, cancels_, stats_ and the counters below

@@ -165,10 +165,11 @@ void Scheduler::preempt(Sequence& v) {
     v.swapped.resize(all.size() * alloc_.backend().page_floats());
     alloc_.backend().read_pages(all, v.swapped.data());
   } else {
-    v.fed = 0;
+    v.fed = 0;  // its token on the way, if any, is appended when it lands, and fed again
     v.cached_logits.clear();
     v.has_cached_logits = false;
   }
+  v.ahead = -1;  // back in the queue: it is fed from its tokens when it runs again
   alloc_.retire(v.state);
   auto it =
       std::find_if(running_.begin(), running_.end(), [&](const auto& o) { return o.get() == &v; });
@@ -195,10 +196,10 @@ bool Scheduler::begin_step(Clock::time_point now) {
     Sequence* s = sp.get();
     if (expired(*s, now)) continue;
     any_cached |= s->has_cached_logits;
-    const int32_t left = s->total - s->fed;
+    const int32_t left = s->total - s->fed + (s->ahead >= 0 ? 1 : 0);
     if (left <= 0) continue;
-    if (left == 1) {  // a decoder: its chunk is its last token
-      s->end = s->total;
+    if (left == 1) {  // a decoder: its chunk is its last token (or the one on its way)
+      s->end = s->fed + 1;
       --unplanned;
       if (s->end <= s->state.capacity_tokens && budget_ > 0) {
         --budget_;
@@ -229,7 +230,8 @@ const std::vector<Sequence*>& Scheduler::fill_batch(ForwardBatch& batch) {
   batch.clear();
   for (std::vector<Sequence*>* group : {&decoders_, &prefills_})
     for (Sequence* s : *group) {
-      if (s->done || !s->state.allocated() || s->fed >= s->total) continue;  // preempted meanwhile
+      if (s->done || !s->state.allocated() || s->fed >= s->total + (s->ahead >= 0 ? 1 : 0))
+        continue;  // preempted meanwhile
       if (s->end - s->fed > budget_) continue;
       if (s->end > s->state.capacity_tokens &&
           !make_room(*s, s->end)) {  // most steps: room already
@@ -250,7 +252,12 @@ const std::vector<Sequence*>& Scheduler::fill_batch(ForwardBatch& batch) {
   for (Sequence* s : kept_) {
     if (s->done || !s->state.allocated()) continue;
     kept_[placed++] = s;
-    batch.add_sequence(s->tokens.data() + s->fed, s->end - s->fed, s->fed, s->state);
+    if (s->fed == s->total) {  // the token on its way from the launch in flight
+      const int32_t token = ForwardBatch::sampled_token(s->ahead);
+      batch.add_sequence(&token, 1, s->fed, s->state);
+    } else {
+      batch.add_sequence(s->tokens.data() + s->fed, s->end - s->fed, s->fed, s->state);
+    }
   }
   kept_.resize(placed);
   return kept_;
@@ -259,10 +266,13 @@ const std::vector<Sequence*>& Scheduler::fill_batch(ForwardBatch& batch) {
 void Scheduler::remove_finished() {
   if (unremoved_ == 0) return;  // nothing ended since the last sweep: no scan
   unremoved_ = 0;
-  auto gone = [](const std::unique_ptr<Sequence>& s) { return s->done; };
-  int n = 0;
-  for (auto& s : running_) n += s->done;
-  for (auto& s : waiting_) n += s->done;
+  // A request with a row in a launch not yet collected stays until that launch is (the engine
+  // reads its record then); the next sweep looks again.
+  auto gone = [](const std::unique_ptr<Sequence>& s) { return s->done && s->inflight == 0; };
+  int n = 0, pinned = 0;
+  for (auto& s : running_) (gone(s) ? n : pinned) += s->done;
+  for (auto& s : waiting_) (gone(s) ? n : pinned) += s->done;
+  unremoved_ = pinned;
   if (n == 0) return;
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());

@@ -31,6 +31,11 @@ struct Sequence {
   int32_t fed = 0, total = 0;  // tokens the state covers; tokens.size()
   int32_t end = 0;             // end of the chunk this step feeds
   int32_t priority = 0;        // lower runs first; ties first come, first served
+  // Overlapped steps (EngineOptions::overlap_steps): `ahead` ≥ 0 when the next token is still on
+  // its way from the launch in flight (its sample row there), so the next step feeds it from the
+  // device (ForwardBatch::sampled_token) at position fed = total; `inflight`: launches not yet
+  // collected with a row of this request, which keep it from being removed.
+  int32_t ahead = -1, inflight = 0;
   bool done = false, cancelled = false, has_deadline = false;
   bool has_cached_logits = false;  // a cache hit on the whole prompt: its next token is sampled
                                    // from cached_logits, without a forward pass

@@ -11,22 +11,18 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <utility>
 
 #include "engine/mixers/registry.h"
 #include "engine/positions.h"
 #include "engine/sequence_state.h"
-#include "kernels/cuda_backend.h"
-#include "kernels/gemm_chain_plan.h"
-#include "kernels/ops.cuh"
-#include "kernels/sampling.cuh"
+#include "kernels/cuda_backend_impl.cuh"
 #include "kernels/sequence_tiles.h"  // kSeqMaxRows
-#include "kernels/step_data.cuh"
 
 namespace mixserve {
 
 using namespace cuda;
+using namespace cuda_backend_detail;
 
 bool cuda_device_available() {
   int n = 0;
@@ -62,12 +58,6 @@ CudaWeightType parse_cuda_weight_type(const std::string& name) {
 
 namespace {
 
-constexpr int kMaxGraphBatch = 512;  // decode batches up to this replay graphs
-// Dependent launch (CudaBackendOptions::dependent_launch) for passes of at most this many rows:
-// on the H100 (2026-11-27) it took 2–13% off every mixer's step at batch 1 and 8 and most at 64;
-// at 256 it helped five mixers and slowed seven by 1–12% (docs/cuda.md).
-constexpr int kDependentLaunchRows = 64;
-
 // An option the environment may override with 1 or 0 (the options not yet verified on a GPU).
 bool env_switch(const char* name, bool option) {
   const char* env = std::getenv(name);
@@ -92,162 +82,7 @@ int env_int(const char* name, int fallback) {
 // says where the two cross).
 constexpr int kSequenceBlockRows = 256;
 
-int bucket(int n) {
-  int b = 1;
-  while (b < n) b *= 2;
-  return b;
-}
-
 }  // namespace
-
-struct CudaBackend::Impl {
-  ModelConfig cfg;
-  CudaBackendOptions opts;
-  int d = 0, n_layers = 0;
-  std::vector<StateLayout> layouts;
-  int32_t page_floats = 0, total_pages = 0;
-  cudaStream_t stream = nullptr;
-  DeviceBuffer<float> pool;
-  std::unique_ptr<StepData> step;  // the batch's rows and page addressing on the device
-
-  DeviceWeights weights;
-  struct Layer {
-    Norm ln1, ln2;
-    std::unique_ptr<CudaPart> mixer, ffn;
-  };
-  std::vector<Layer> layers;
-  EmbedParams embed_params;
-  Norm norm_f;
-  DevMatrix head;
-
-  // Activations for up to row_cap rows.
-  int row_cap = 0;
-  int64_t proj_per_row = 0, mixed_per_row = 0, hidden_per_row = 0, partial_per_row = 0;
-  DeviceBuffer<float> x, xn, proj, mixed, tmp, hidden, partial, logits;
-  PinnedBuffer<float> logits_host;
-  // Page operations' staging.
-  DeviceBuffer<int32_t> page_ids;
-  DeviceBuffer<float> stage;
-
-  std::map<int, cudaGraphExec_t> graphs;  // decode bucket → graph
-  std::vector<cudaEvent_t> events;        // 2 per layer when timing mixers
-  std::vector<double> mixer_seconds;
-  cudaEvent_t step_begin = nullptr, step_end = nullptr, sample_end = nullptr;
-  double device_seconds = 0;
-  bool device_sampling = false, tensor_cores = false, small_batch_gemv = false,
-       ordered_sums = false, dependent_launch = false, pipelined_gemm = false,
-       early_weights = false, early_epilogue = false, gemm_chains = false, sequence_blocks = false;
-  int sequence_block_rows = 0;  // the largest decode pass run by sequence blocks
-  int sequences_per_block = 0;  // CudaBackendOptions::sequences_per_block
-  int chain_cluster = 8;        // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
-  DeviceSampler sampler;
-  int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
-
-  Impl(const ModelConfig& c, const CudaBackendOptions& o) : cfg(c), opts(o), weights(o.weights) {}
-
-  ~Impl() {
-    drop_graphs();
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-    if (step_begin) cudaEventDestroy(step_begin);
-    if (step_end) cudaEventDestroy(step_end);
-    if (sample_end) cudaEventDestroy(sample_end);
-    if (stream) cudaStreamDestroy(stream);
-  }
-
-  void drop_graphs() {
-    for (auto& [_, g] : graphs) cudaGraphExecDestroy(g);
-    graphs.clear();
-  }
-
-  // Grows the activation buffers to `rows` rows (graphs point at them, so they are recaptured).
-  void reserve_rows(int rows) {
-    if (rows <= row_cap) return;
-    drop_graphs();
-    row_cap = std::max(rows, row_cap * 2);
-    const int64_t R = row_cap;
-    x.reserve(R * d);
-    xn.reserve(R * d);
-    proj.reserve(R * proj_per_row);
-    mixed.reserve(R * mixed_per_row);
-    tmp.reserve(R * d);
-    hidden.reserve(R * hidden_per_row);
-    partial.reserve(std::max<int64_t>(1, R * partial_per_row));
-    logits.reserve(R * cfg.vocab_size);
-    logits_host.reserve(R * cfg.vocab_size);
-  }
-
-  // Every kernel of one forward pass over R rows of S sequences, logits for O rows.
-  void run(const DeviceBatchLayout& at) {
-    const int R = at.R, O = at.O;
-    // For this pass's kernels (launch_kernel reads it).
-    cuda::dependent_launch = dependent_launch && R <= kDependentLaunchRows;
-    const DevBatch b = step->batch(at);
-    step->apply_writes(stream, at);
-    // Keeps runs of small projections for one kernel each; flushed before every event and at the
-    // end (the logits are copied out after the pass).
-    // With sequence_blocks, a pass whose sequences have one row each keeps its runs for one block
-    // a sequence instead.
-    const int sequences = sequence_blocks && R == at.S && R <= sequence_block_rows ? R : 0;
-    GemmChainScope chains(gemm_chains && R <= kChainRows, chain_cluster, sequences,
-                          sequences_per_block);
-    embed(stream, b, R, d, embed_params, x.get());
-    Scratch s{xn.get(), proj.get(), mixed.get(), tmp.get(), hidden.get(), partial.get()};
-    for (int l = 0; l < n_layers; ++l) {
-      PartStep st{stream, b, step->pages(at, l), x.get(), s, layers[l].ln1, R, d};
-      if (opts.time_mixers) {
-        chains.flush();
-        CUDA_CHECK(cudaEventRecord(events[2 * l], stream));
-      }
-      layers[l].mixer->forward(st);
-      if (opts.time_mixers) {
-        chains.flush();
-        CUDA_CHECK(cudaEventRecord(events[2 * l + 1], stream));
-      }
-      st.norm = layers[l].ln2;
-      layers[l].ffn->forward(st);
-    }
-    GemmIn in = normed_rows_of(x.get(), d, norm_f);
-    in.rows = b.out_rows;
-    gemm(stream, in, head, O, to(logits.get(), cfg.vocab_size));
-    chains.flush();
-  }
-
-  void run_graph(const DeviceBatchLayout& at) {
-    const int B = at.S;
-    auto it = graphs.find(B);
-    if (it == graphs.end()) {
-      cudaGraph_t g = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      try {
-        run(at);
-      } catch (...) {
-        cudaStreamEndCapture(stream, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      CUDA_CHECK(e);
-      it = graphs.emplace(B, exec).first;
-    }
-    CUDA_CHECK(cudaGraphLaunch(it->second, stream));
-  }
-
-  int enqueue(const ForwardBatch& b);
-  void read_timings();
-
-  void upload_ids(const std::vector<int32_t>& a, const std::vector<int32_t>& b = {}) {
-    page_ids.reserve(a.size() + b.size());
-    if (!a.empty())
-      CUDA_CHECK(cudaMemcpyAsync(page_ids.get(), a.data(), a.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream));
-    if (!b.empty())
-      CUDA_CHECK(cudaMemcpyAsync(page_ids.get() + a.size(), b.data(), b.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream));
-  }
-};
 
 CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
                          const CudaBackendOptions& opts)
@@ -378,6 +213,9 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   CUDA_CHECK(cudaEventCreate(&m.step_begin));
   CUDA_CHECK(cudaEventCreate(&m.step_end));
   CUDA_CHECK(cudaEventCreate(&m.sample_end));
+  for (cudaEvent_t& e : m.launch_done)
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  m.reserve_fed_tokens(kMaxGraphBatch);
   m.device_sampling = opts.device_sampling;
   if (const char* env = std::getenv("MIXSERVE_CUDA_SAMPLING")) {
     const std::string v = env;
@@ -425,13 +263,16 @@ double CudaBackend::last_device_seconds() const {
 
 // Queues one forward pass (checks, metadata upload, graph or eager kernels) and returns how
 // many logits rows it writes for the caller; nothing is copied back yet.
-int CudaBackend::Impl::enqueue(const ForwardBatch& b) {
+int CudaBackend::Impl::enqueue(const ForwardBatch& b, bool fed) {
   CUDA_CHECK(cudaSetDevice(opts.device));
   const int n_seq = b.n_seq(), rows = static_cast<int>(b.tokens.size());
   for (int s = 0; s < n_seq; ++s)
     for (int32_t r = b.row_start[s]; r < b.row_start[s + 1]; ++r) {
-      if (b.tokens[r] < 0 || b.tokens[r] >= cfg.vocab_size)
-        throw std::out_of_range("token id out of range");
+      const int32_t t = b.tokens[r];
+      if (t < 0 && !(fed && -1 - int64_t{t} < last_sampled_rows))
+        throw std::out_of_range(fed ? "no such sampled token in the last launch"
+                                    : "token id out of range");
+      if (t >= cfg.vocab_size) throw std::out_of_range("token id out of range");
       if (b.pos0[s] + (r - b.row_start[s]) >= cfg.max_seq_len)
         throw std::out_of_range("position exceeds max_seq_len");
     }
@@ -483,12 +324,6 @@ void CudaBackend::forward(const ForwardBatch& b, std::vector<float>& logits) {
   std::memcpy(logits.data(), m.logits_host.get(), sizeof(float) * out_real * V);
 }
 
-bool CudaBackend::device_sampling() const {
-  return impl_->device_sampling;
-}
-bool CudaBackend::sample_candidates() const {
-  return impl_->sampler.candidates();
-}
 bool CudaBackend::tensor_cores() const {
   return impl_->tensor_cores;
 }
@@ -528,74 +363,6 @@ bool CudaBackend::split_attention() const {
 }
 bool CudaBackend::warp_cores() const {
   return impl_->weights.warp_cores();
-}
-
-// With device sampling: the forward pass, the sampling kernel and the tokens' copy into pinned
-// memory are queued back to back and the host waits once; the logits stay on the device (a row
-// the engine still wants comes back through logits_row).
-void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<SampleRow>& rows,
-                                     std::vector<SampledToken>& tokens, double* sample_seconds) {
-  Impl& m = *impl_;
-  if (!m.device_sampling) return Backend::forward_and_sample(b, rows, tokens, sample_seconds);
-  m.enqueue(b);
-  for (const SampleRow& r : rows)
-    if (r.row < 0 || r.row >= m.last_logit_rows)
-      throw std::out_of_range("forward_and_sample: row outside the forward pass's logits");
-  const auto t0 = std::chrono::steady_clock::now();
-  m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size), rows);
-  CUDA_CHECK(cudaEventRecord(m.sample_end, m.stream));
-  const double host_launch =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  const auto t1 = std::chrono::steady_clock::now();
-  const bool ran = !b.tokens.empty();
-  if (ran) m.read_timings();
-  m.sampler.collect(rows, tokens);
-  if (sample_seconds) {
-    float ms = 0;
-    if (ran) CUDA_CHECK(cudaEventElapsedTime(&ms, m.step_end, m.sample_end));
-    *sample_seconds = host_launch + ms * 1e-3 +
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  }
-}
-
-void CudaBackend::logits_row(int32_t row, float* host) const {
-  Impl& m = *impl_;
-  if (!m.device_sampling) return Backend::logits_row(row, host);
-  if (row < 0 || row >= m.last_logit_rows)
-    throw std::out_of_range("logits_row: row outside the last forward pass's logits");
-  CUDA_CHECK(cudaSetDevice(m.opts.device));
-  const int64_t V = m.cfg.vocab_size;
-  CUDA_CHECK(cudaMemcpyAsync(m.logits_host.get(), m.logits.get() + row * V, sizeof(float) * V,
-                             cudaMemcpyDeviceToHost, m.stream));
-  CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  std::memcpy(host, m.logits_host.get(), sizeof(float) * V);
-}
-
-std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
-                                             const std::vector<SampleRow>& rows, bool candidates) {
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::vector<SampledToken> tokens;
-  try {
-    DeviceBuffer<float> dev(logits.size());
-    CUDA_CHECK(cudaMemcpyAsync(dev.get(), logits.data(), sizeof(float) * logits.size(),
-                               cudaMemcpyHostToDevice, stream));
-    for (const SampleRow& r : rows)
-      if (r.row < 0 || static_cast<size_t>(r.row + 1) * vocab > logits.size())
-        throw std::out_of_range("cuda_sample_logits: row outside the logits");
-    DeviceSampler sampler;
-    sampler.use_candidates(candidates);
-    sampler.launch(stream, dev.get(), vocab, rows);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    sampler.collect(rows, tokens);
-  } catch (...) {
-    cudaStreamSynchronize(stream);
-    cudaStreamDestroy(stream);
-    throw;
-  }
-  CUDA_CHECK(cudaStreamDestroy(stream));
-  return tokens;
 }
 
 void CudaBackend::init_state(int layer, const std::vector<int32_t>& pages) {

@@ -35,6 +35,10 @@ class DeviceBuffer {
     return true;
   }
   void resize(size_t n) { reserve(n); }
+  void swap(DeviceBuffer& o) {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+  }
   T* get() const { return p_; }
   size_t size() const { return n_; }
 

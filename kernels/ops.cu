@@ -15,7 +15,9 @@ namespace {
 __global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
   kernel_prologue();
   const int r = blockIdx.x;
-  const int tok = b.tokens[r], pos = b.row_pos[r];
+  const int pos = b.row_pos[r];
+  int tok = b.tokens[r];
+  if (tok < 0) tok = p.fed[-1 - tok];  // sampled by the step before, on the device
   float* xr = x + static_cast<int64_t>(r) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x)
     xr[i] = fmaf(p.scale, p.table[static_cast<int64_t>(tok) * d + i],

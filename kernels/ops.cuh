@@ -10,6 +10,8 @@ struct EmbedParams {
   const float* pos = nullptr;    // [l, d] learned or sinusoidal; null for position: none
   float scale = 1.0f;
   Norm norm;  // embed_norm (RWKV's ln0) when norm.w is set
+  // The tokens the last launch sampled (overlapped steps): a row's token t < 0 is fed[−1 − t].
+  const int32_t* fed = nullptr;
 };
 // x[r] = scale·E[token] + P[pos], then the optional embed norm.
 void embed(cudaStream_t stream, const DevBatch& b, int rows, int d, const EmbedParams& p, float* x);

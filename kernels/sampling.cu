@@ -152,7 +152,7 @@ __device__ void bitonic_sort(double* key, int* id, int n) {
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int V, int Vpad, const DevSampleRow* rows,
                   const int32_t* lists, double* z_ws, double* key_ws, int32_t* id_ws, int n_rows,
-                  int32_t* out, bool candidates) {
+                  int32_t* out, int32_t* next_tokens, bool candidates) {
   kernel_prologue();
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ Shared sh;
@@ -298,7 +298,10 @@ __global__ void __launch_bounds__(kThreads)
   int32_t* top_ids = out + 2 * n_rows + row * kMaxTopLogprobs;
   float* top_lp =
       reinterpret_cast<float*>(out + 2 * n_rows + n_rows * kMaxTopLogprobs) + row * kMaxTopLogprobs;
-  if (tid == 0) tokens[row] = chosen;
+  if (tid == 0) {
+    tokens[row] = chosen;
+    if (next_tokens) next_tokens[row] = chosen;
+  }
   if (!P.want_logprob && P.n_top == 0) return;
   // Logprobs of the model's own distribution (the raw logits), as the host.
   double rmax = -INFINITY;
@@ -331,12 +334,14 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
-                           const std::vector<SampleRow>& rows) {
+int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
+                          const std::vector<SampleRow>& rows, int32_t* next_tokens) {
   const int n = static_cast<int>(rows.size());
-  copied_logprobs_ = false;
-  vocab_ = V;
-  if (n == 0) return;
+  const int number = launches_++;
+  HostSlot& slot = slots_[number % 2];
+  slot.copied_logprobs = false;
+  slot.vocab = V;
+  if (n == 0) return number;
   // Pack the rows and their penalty lists (seen tokens; generated tokens with the amount to
   // subtract, from the host sampler's own compiled penalty_amount, so the float is the same).
   std::vector<int32_t> lists;
@@ -387,12 +392,12 @@ void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
   }
   const size_t row_bytes = sizeof(DevSampleRow) * n,
                bytes = row_bytes + sizeof(int32_t) * lists.size();
-  in_host_.reserve(bytes);
-  std::memcpy(in_host_.get(), dev.data(), row_bytes);
+  slot.in.reserve(bytes);
+  std::memcpy(slot.in.get(), dev.data(), row_bytes);
   if (!lists.empty())
-    std::memcpy(in_host_.get() + row_bytes, lists.data(), sizeof(int32_t) * lists.size());
+    std::memcpy(slot.in.get() + row_bytes, lists.data(), sizeof(int32_t) * lists.size());
   in_dev_.reserve(bytes);
-  CUDA_CHECK(cudaMemcpyAsync(in_dev_.get(), in_host_.get(), bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(in_dev_.get(), slot.in.get(), bytes, cudaMemcpyHostToDevice, stream));
 
   const int Vpad = pad_pow2(V);
   const size_t shared = (sizeof(double) + sizeof(int32_t)) * static_cast<size_t>(Vpad);
@@ -410,33 +415,36 @@ void DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
   }
   const size_t out_ints = static_cast<size_t>(n) * (2 + 2 * kMaxTopLogprobs);
   out_dev_.reserve(out_ints);
-  out_host_.reserve(out_ints);
+  slot.out.reserve(out_ints);
   const auto* dev_rows = reinterpret_cast<const DevSampleRow*>(in_dev_.get());
   const auto* dev_lists = reinterpret_cast<const int32_t*>(in_dev_.get() + row_bytes);
   launch_kernel(sample_kernel, n, kThreads, dyn, stream, logits, V, Vpad, dev_rows, dev_lists,
                 z_.get(), in_shared ? nullptr : keys_.get(), in_shared ? nullptr : ids_.get(), n,
-                out_dev_.get(), candidates_);
+                out_dev_.get(), next_tokens, candidates_);
   // Only the tokens come back unless a row asked for logprobs.
-  CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(),
+  CUDA_CHECK(cudaMemcpyAsync(slot.out.get(), out_dev_.get(),
                              sizeof(int32_t) * (logprobs ? out_ints : n), cudaMemcpyDeviceToHost,
                              stream));
-  copied_logprobs_ = logprobs;
+  slot.copied_logprobs = logprobs;
+  return number;
 }
 
-void DeviceSampler::collect(const std::vector<SampleRow>& rows,
+void DeviceSampler::collect(int launch, const std::vector<SampleRow>& rows,
                             std::vector<SampledToken>& tokens) const {
   const int n = static_cast<int>(rows.size());
   tokens.clear();
-  const int32_t* out = out_host_.get();
+  const HostSlot& slot = slots_[launch % 2];
+  const int32_t* out = slot.out.get();
   for (int i = 0; i < n; ++i) {
     SampledToken t;
     t.token = out[i];
     const SamplingParams& p = *rows[i].params;
-    if (copied_logprobs_ && (rows[i].want_logprob || p.logprobs > 0)) {
+    if (slot.copied_logprobs && (rows[i].want_logprob || p.logprobs > 0)) {
       std::memcpy(&t.logprob, out + n + i, sizeof(float));
       const int32_t* ids = out + 2 * n + i * kMaxTopLogprobs;
       const int32_t* lp = out + 2 * n + n * kMaxTopLogprobs + i * kMaxTopLogprobs;
-      for (int j = 0; j < std::min({p.logprobs, kMaxTopLogprobs, vocab_}); ++j) {  // as the kernel
+      for (int j = 0; j < std::min({p.logprobs, kMaxTopLogprobs, slot.vocab});
+           ++j) {  // as the kernel
         float v;
         std::memcpy(&v, lp + j, sizeof v);
         t.top.emplace_back(ids[j], v);

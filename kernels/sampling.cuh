@@ -36,28 +36,39 @@ struct DevSampleRow {
 class DeviceSampler {
  public:
   // Queues on `stream` the sampling of `rows` over logits [*, V] (device memory) and the copy of
-  // the results into pinned host memory. Returns without waiting.
-  void launch(cudaStream_t stream, const float* logits, int V, const std::vector<SampleRow>& rows);
+  // the results into pinned host memory, and returns without waiting; the launch's number for
+  // collect. next_tokens (device memory, when set): the tokens written there too, row i's at i —
+  // where the next step's embedding reads a row fed a sampled token (overlapped steps).
+  // Launches alternate between two sets of pinned buffers, so one may be queued while the one
+  // before is still to be copied or collected (never more than two outstanding).
+  int launch(cudaStream_t stream, const float* logits, int V, const std::vector<SampleRow>& rows,
+             int32_t* next_tokens = nullptr);
   // Sort only the candidates above a threshold for top-k/top-p (sampling_candidates.h).
   void use_candidates(bool on) { candidates_ = on; }
   bool candidates() const { return candidates_; }
-  // Once the stream has synchronised: the tokens of the last launch, tokens[i] for rows[i].
-  void collect(const std::vector<SampleRow>& rows, std::vector<SampledToken>& tokens) const;
+  // Once launch `launch`'s copy has completed: its tokens, tokens[i] for rows[i] (the same rows).
+  void collect(int launch, const std::vector<SampleRow>& rows,
+               std::vector<SampledToken>& tokens) const;
 
  private:
-  std::vector<unsigned char> packed_;  // DevSampleRow[n], then the int32 lists
-  PinnedBuffer<unsigned char> in_host_;
+  // What one launch's host side holds until it is collected.
+  struct HostSlot {
+    PinnedBuffer<unsigned char> in;  // DevSampleRow[n], then the int32 lists
+    // Results: tokens [n], logprobs [n], top ids [n][20], top logprobs [n][20].
+    PinnedBuffer<int32_t> out;
+    bool copied_logprobs = false;
+    int vocab = 0;
+  };
+  HostSlot slots_[2];
+  int launches_ = 0;
   DeviceBuffer<unsigned char> in_dev_;
-  // Results: tokens [n], logprobs [n], top ids [n][20], top logprobs [n][20].
-  PinnedBuffer<int32_t> out_host_;
   DeviceBuffer<int32_t> out_dev_;
   // Per row: z (penalised logits, double [V]); probabilities and ids [Vpad] when they do not fit
   // in shared memory.
   DeviceBuffer<double> z_, keys_;
   DeviceBuffer<int32_t> ids_;
   int shared_limit_set_ = 0;
-  bool copied_logprobs_ = false, candidates_ = false;
-  int vocab_ = 0;
+  bool candidates_ = false;
 };
 
 }  // namespace mixserve::cuda

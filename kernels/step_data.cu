@@ -44,9 +44,10 @@ bool StepData::upload(cudaStream_t stream, const ForwardBatch& b, const DeviceBa
     moved = true;
     meta_dev_.reserve(meta_.size() * 2);
   }
-  meta_host_.reserve(meta_.size());
-  std::memcpy(meta_host_.get(), meta_.data(), meta_.size() * sizeof(int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(meta_dev_.get(), meta_host_.get(), meta_.size() * sizeof(int32_t),
+  PinnedBuffer<int32_t>& host = meta_host_[uploads_++ % 2];
+  host.reserve(meta_.size());
+  std::memcpy(host.get(), meta_.data(), meta_.size() * sizeof(int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(meta_dev_.get(), host.get(), meta_.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream));
   return moved;
 }

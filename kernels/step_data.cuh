@@ -38,7 +38,10 @@ class StepData {
   std::vector<int64_t> token_base_;  // [layer] StateLayout::fixed_floats
   std::vector<std::vector<int32_t>> padding_pages_;
   std::vector<int32_t> meta_;  // the packed arrays, host and device
-  PinnedBuffer<int32_t> meta_host_;
+  // Two, alternating: a step's upload is packed while the one before may still be queued
+  // (overlapped steps), and the one before that has been collected, so its copy is done.
+  PinnedBuffer<int32_t> meta_host_[2];
+  int uploads_ = 0;
   DeviceBuffer<int32_t> meta_dev_;
   // Block tables: the plan, its device copy (uploaded whole when the slots grow, else written
   // through each step's writes) and padding_pages on the device.

@@ -38,8 +38,10 @@ class CudaTargets(unittest.TestCase):
                               result("retnet", 256, 400)]))
             # the greedy steps with tokens back, shown beside (not an option)
             self.write(d, "cuda-bench-sampling-full.json",
-                       bench([dict(result("aft_simple", 1, 10), greedy_device_us_per_step_median=320.0),
-                              dict(result("aft_simple", 256, 10), greedy_device_tok_s=700000.0)]))
+                       bench([dict(result("aft_simple", 1, 10), greedy_device_us_per_step_median=320.0,
+                                   overlap_greedy_us_per_step=300.0),
+                              dict(result("aft_simple", 256, 10), greedy_device_tok_s=700000.0,
+                                   overlap_greedy_tok_s=750000.0)]))
             # left out: the base commit's, sampled steps, int8 weights (all "faster")
             for name, w in (("cuda-bench-base.json", "f16"), ("cuda-bench-sample-candidates.json", "f16"),
                             ("cuda-bench-int8.json", "int8")):
@@ -58,6 +60,7 @@ class CudaTargets(unittest.TestCase):
                          [("aft_simple", "sequence-blocks", 90, 100), ("retnet", "sequence-blocks", 95, 105)])
         self.assertTrue(one["holds"])
         self.assertEqual(one["rows"][0]["defaults_greedy_e2e_us"], 320.0)
+        self.assertEqual(one["rows"][0]["defaults_overlap_us"], 300.0)
         self.assertIsNone(one["rows"][1]["defaults_greedy_e2e_us"])  # retnet: not in the sampled run
         rows = {r["mixer"]: r for r in many["rows"]}
         self.assertTrue(rows["aft_simple"]["holds"])  # 256 / 240 µs = 1.07M tok/s: the option's
@@ -66,6 +69,7 @@ class CudaTargets(unittest.TestCase):
         self.assertLess(rows["aft_simple"]["best_option_e2e_tok_s"], 1.03e6)  # 256 / 250 µs: shown
         self.assertFalse(many["holds"])
         self.assertEqual(rows["aft_simple"]["defaults_greedy_e2e_tok_s"], 700000.0)
+        self.assertEqual(rows["aft_simple"]["defaults_overlap_tok_s"], 750000.0)
         prow = {(r["mixer"], r["batch"]): r for r in peer["rows"]}
         self.assertEqual(prow[("aft_simple", 1)]["peer"], "tuned_cudagraph_aft_simple")  # the fastest
         self.assertAlmostEqual(prow[("aft_simple", 1)]["defaults_x"], 300 / 300)

@@ -260,5 +260,18 @@ TEST(CudaEngine, SeededRequestsGiveTheSameTokensAloneOrTogether) {
   expect_seeded_requests_alone_or_together([](const Fixture& fx) { return gpu_backend(fx); });
 }
 
+// Overlapped steps on the GPU (CudaBackend::launch_and_sample: rows fed the tokens the step
+// before sampled, read where the device sampler wrote them): the tokens of steps one at a time,
+// in graphs and without.
+TEST(CudaEngine, OverlappedStepsGiveTheTokensOfStepsOneAtATime) {
+  SKIP_WITHOUT_GPU();
+  for (bool graphs : {true, false})
+    expect_overlapped_steps_give_the_same_tokens([graphs](const Fixture& fx) {
+      auto b = gpu_backend(fx, CudaWeightType::kF32, graphs);
+      EXPECT_TRUE(b->overlaps()) << "device sampling is on";
+      return b;
+    });
+}
+
 }  // namespace
 }  // namespace mixserve::testing

@@ -80,5 +80,12 @@ TEST(BatchInvarianceEngine, SeededRequestsGiveTheSameTokensAloneOrTogether) {
       [](const Fixture& fx) { return fixture_cpu_backend(fx, 2, 32 << 20); });
 }
 
+// Overlapped steps through the whole engine (each backend's default launch_and_sample on the
+// CPU): the tokens of steps one at a time.
+TEST(BatchInvarianceEngine, OverlappedStepsGiveTheTokensOfStepsOneAtATime) {
+  expect_overlapped_steps_give_the_same_tokens(
+      [](const Fixture& fx) { return fixture_cpu_backend(fx, 2, 32 << 20); });
+}
+
 }  // namespace
 }  // namespace mixserve::testing

@@ -75,14 +75,16 @@ Outcome alone(const Model& m, const GenerateParams& p) {
   return out;
 }
 
-TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
+// overlap: EngineOptions::overlap_steps — each step queued before the previous one's tokens are
+// read, decode rows fed the tokens on their way (every backend's default launch_and_sample).
+void randomized_schedules(bool overlap) {
   std::vector<std::unique_ptr<Model>> models;
   for (const char* n : {"hybrid_a", "hybrid_b", "attention_rope", "rwkv", "she", "aft_local"})
     models.push_back(load(n));
   std::mt19937 rng(2024);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int total_requests = 0, completed = 0, cut_short = 0;
-  uint64_t preemptions = 0, hits = 0;
+  uint64_t preemptions = 0, hits = 0, overlapped = 0, steps = 0;
   for (size_t mi = 0; mi < models.size(); ++mi) {
     const Model& m = *models[mi];
     const int V = static_cast<int>(m.fx.cfg.vocab_size);
@@ -92,6 +94,7 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
     opts.step_token_budget = 48;
     opts.cache_entries = 64;
     opts.cache_min_tokens = 1;
+    opts.overlap_steps = overlap;
     // A pool of about 6 full-length requests for a batch of up to 24: admission waits, cache
     // entries get evicted, and requests are preempted (swapped or recomputed).
     CpuBackendOptions probe;
@@ -135,16 +138,20 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
           p.prompt.insert(p.prompt.end(), it->second.tokens.begin(), it->second.tokens.end());
           for (int i = uniform(1, 4); i > 0; --i) p.prompt.push_back(uniform(0, V - 1));
           finished_sessions.erase(it);
-          if (static_cast<int64_t>(p.prompt.size()) + 2 > m.fx.cfg.max_seq_len) p.prompt.resize(20);
         } else {
           p.session = uniform(0, 4) == 0 ? "s" + std::to_string(next) : "";
         }
         p.max_tokens = uniform(1, 12);
+        if (static_cast<int64_t>(p.prompt.size()) + p.max_tokens > m.fx.cfg.max_seq_len)
+          p.prompt.resize(20);  // a session's later turn
         p.seed = 77 + next;
         p.priority = uniform(0, 2);
         p.ignore_eos = uniform(0, 1) == 1;
+        if (uniform(0, 2) == 0)  // stop tokens: requests that end where no length predicts
+          for (int i = uniform(1, 3); i > 0; --i) p.stop_token_ids.push_back(uniform(0, V - 1));
         p.sampling.temperature = uniform(0, 3) == 0 ? 0.0f : 0.9f;
         p.sampling.top_k = uniform(0, 1) ? 0 : 20;
+        if (uniform(0, 9) == 0) p.sampling.repetition_penalty = 1.3f;  // holds overlapped steps
         if (uniform(0, 19) == 0)
           p.deadline = Clock::now() - std::chrono::milliseconds(1);  // expired
         else if (uniform(0, 19) == 0)
@@ -179,6 +186,8 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
                 static_cast<unsigned long long>(tables->entries()));
     preemptions += st.preemptions;
     hits += st.cache.hits;
+    overlapped += st.overlapped_steps;
+    steps += st.steps;
     for (int i = 0; i < n_requests; ++i) {
       ASSERT_NE(got[i].finish, FinishReason::kNone) << "request " << i << " never finished";
       ASSERT_NE(got[i].finish, FinishReason::kError) << "request " << i;
@@ -205,10 +214,133 @@ TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
   EXPECT_GT(preemptions, 0u) << "the pool was small enough to force preemption";
   EXPECT_GT(hits, 0u) << "repeated prompts hit the prefix cache";
   EXPECT_GT(cut_short, 0);
+  if (overlap)  // sessions' turns, penalties and prompts' cache snapshots hold most of these steps
+    EXPECT_GT(overlapped * 20, steps) << "some steps were queued behind one in flight";
+  else
+    EXPECT_EQ(overlapped, 0u);
   std::printf(
-      "requests %d: completed %d, cancelled or expired %d; preemptions %llu; cache hits %llu\n",
+      "requests %d: completed %d, cancelled or expired %d; preemptions %llu; cache hits %llu; "
+      "steps %llu, %llu queued behind one in flight\n",
       total_requests, completed, cut_short, static_cast<unsigned long long>(preemptions),
-      static_cast<unsigned long long>(hits));
+      static_cast<unsigned long long>(hits), static_cast<unsigned long long>(steps),
+      static_cast<unsigned long long>(overlapped));
+}
+
+TEST(Scheduler, RandomizedSchedulesGiveEveryRequestItsSoloTokens) {
+  randomized_schedules(false);
+}
+
+TEST(Scheduler, RandomizedOverlappedStepsGiveEveryRequestItsSoloTokens) {
+  randomized_schedules(true);
+}
+
+// Overlapped steps with nothing that holds them (no session, no penalty, no prompt snapshot):
+// nearly every step is queued behind the one in flight; every request gives its solo tokens, also
+// when it is cancelled while a row of it is in flight or ends on a stop token its state already
+// took (the row queued ahead fed it). That state is kept in the prefix cache under the tokens it
+// covers, stop token included, and a later prompt that extends them starts from it and again
+// gives its solo tokens.
+TEST(Scheduler, OverlappedStepsEndOnStopTokensAndKeepTheStateThatTookThem) {
+  for (const char* name : {"hybrid_a", "rwkv", "attention_rope"}) {
+    std::unique_ptr<Model> model = load(name);
+    const Model& m = *model;
+    const int V = static_cast<int>(m.fx.cfg.vocab_size);
+    std::mt19937 rng(7);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    EngineOptions opts;
+    opts.max_batch = 16;
+    opts.prefill_chunk = 8;
+    opts.step_token_budget = 48;
+    opts.cache_entries = 64;
+    opts.cache_min_tokens = 1000;  // no prompt snapshots
+    opts.overlap_steps = true;
+    auto engine = make_engine(m, 16 << 20, opts);
+    const int n = 40;
+    std::vector<GenerateParams> params(n);
+    std::vector<Outcome> got(n);
+    std::vector<uint64_t> ids(n);
+    std::vector<int> cancel_at(n, -1);
+    int stops = 0;
+    auto submit = [&](int i) {
+      auto r = engine->submit(params[i], [&got, i](TokenOutput&& t) {
+        if (t.token >= 0) got[i].tokens.push_back(t.token);
+        if (t.finish != FinishReason::kNone) {
+          got[i].finish = t.finish;
+          got[i].usage = t.usage;
+        }
+      });
+      ASSERT_EQ(r.status, SubmitStatus::kOk) << r.message;
+      ids[i] = r.id;
+    };
+    for (int i = 0; i < n; ++i) {
+      GenerateParams& p = params[i];
+      p.prompt.resize(uniform(1, 20));
+      for (auto& t : p.prompt) t = uniform(0, V - 1);
+      p.max_tokens = uniform(4, 24);
+      p.seed = 900 + i;
+      p.sampling.temperature = uniform(0, 3) == 0 ? 0.0f : 0.9f;
+      // Half end on a stop token: one of the tokens they give without it.
+      const std::vector<int32_t> free_run = alone(m, p).tokens;
+      if (i % 2 == 0) p.stop_token_ids = {free_run[uniform(1, p.max_tokens - 1)]};
+      if (i % 7 == 3) cancel_at[i] = uniform(2, 12);
+    }
+    int step = 0;
+    for (int i = 0; i < n; ++i) submit(i);
+    while (!engine->idle()) {
+      for (int i = 0; i < n; ++i)
+        if (cancel_at[i] == step) engine->cancel(ids[i]);
+      engine->step();
+      ++step;
+      ASSERT_EQ(engine->verify(), "") << name << " after step " << step;
+      ASSERT_LT(step, 5000);
+    }
+    const EngineStats first = engine->stats();
+    EXPECT_GT(first.overlapped_steps * 10, first.steps * 8) << name << ": steps queued ahead";
+    // Follow-ups of the requests that ended on their stop token: prompt, output, stop token, more.
+    std::vector<int> follow;
+    for (int i = 0; i < n; ++i) {
+      const Outcome solo = alone(m, params[i]);
+      if (got[i].finish == FinishReason::kCancelled) {
+        ASSERT_LE(got[i].tokens.size(), solo.tokens.size()) << name << " " << i;
+        EXPECT_TRUE(std::equal(got[i].tokens.begin(), got[i].tokens.end(), solo.tokens.begin()));
+        continue;
+      }
+      EXPECT_EQ(got[i].tokens, solo.tokens) << name << " request " << i;
+      EXPECT_EQ(got[i].finish, solo.finish) << name << " request " << i;
+      if (got[i].finish != FinishReason::kStop || params[i].stop_token_ids.empty()) continue;
+      ++stops;
+      GenerateParams p = params[i];
+      p.prompt.insert(p.prompt.end(), got[i].tokens.begin(), got[i].tokens.end());
+      p.prompt.push_back(p.stop_token_ids[0]);
+      p.prompt.push_back(uniform(0, V - 1));
+      p.stop_token_ids.clear();
+      p.max_tokens = 4;
+      params.push_back(p);
+      got.emplace_back();
+      ids.push_back(0);
+      follow.push_back(static_cast<int>(params.size()) - 1);
+    }
+    EXPECT_GE(stops, 5) << name;
+    for (int i : follow) submit(i);
+    while (engine->step()) {
+    }
+    int from_stop_state = 0;
+    for (int i : follow) {
+      EXPECT_EQ(got[i].tokens, alone(m, params[i]).tokens) << name << " follow-up " << i;
+      // The entry covers everything before the last prompt token, the stop token included.
+      from_stop_state +=
+          got[i].usage.cached_tokens == static_cast<int32_t>(params[i].prompt.size()) - 1;
+    }
+    EXPECT_GT(from_stop_state * 2, static_cast<int>(follow.size())) << name;
+    std::printf(
+        "%s: %llu of %llu steps queued behind one in flight; %d stopped on their token, "
+        "%d follow-ups started from the state that took it\n",
+        name, static_cast<unsigned long long>(first.overlapped_steps),
+        static_cast<unsigned long long>(first.steps), stops, from_stop_state);
+    engine->clear_cache();
+    EXPECT_EQ(engine->stats().pages_used, 0) << name;
+    EXPECT_EQ(engine->verify(), "") << name;
+  }
 }
 
 // A model too small to cost anything (the null backend runs it): vocabulary 16, width 16; the

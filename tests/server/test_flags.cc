@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "app/backend_select.h"
@@ -243,6 +244,56 @@ void expect_server_with_env_completes(const char* env_var, const char* value,
                              R"({"prompt": "And God said", "max_tokens": 5, "temperature": 0})"});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"], 5) << r.body;
+}
+
+// --overlap-steps (MIXSERVE_OVERLAP_STEPS; docs/scheduler.md): each engine step queued before the
+// previous one's tokens are read. The same seeded completions as without it over REST, streamed
+// or not, ending on a stop string or at max_tokens, several at once.
+TEST(Flags, OverlapStepsGiveTheSameCompletions) {
+  // A completion's text and finish reason, from its JSON or its stream's events.
+  auto text_of = [](const std::string& body, bool stream) {
+    std::string text, finish;
+    auto take = [&](const nlohmann::json& j) {
+      if (j["choices"].empty()) return;
+      text += j["choices"][0]["text"].get<std::string>();
+      if (!j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
+    };
+    if (!stream) {
+      take(nlohmann::json::parse(body));
+    } else {
+      std::istringstream in(body);
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind("data: {", 0) == 0) take(nlohmann::json::parse(line.substr(6)));
+    }
+    return text + " | " + finish;
+  };
+  auto completions = [&](ServerProcess& server) {
+    std::vector<std::string> texts;
+    for (int seed = 1; seed <= 3; ++seed)
+      for (const char* extra : {"", R"(, "stop": [","])", R"(, "stream": true)"}) {
+        const std::string body = R"({"prompt": "And God said", "max_tokens": 24, )"
+                                 R"("temperature": 0.8, "seed": )" +
+                                 std::to_string(seed) + extra + "}";
+        const HttpResult r = curl(server.http_url("/v1/completions"),
+                                  {"-H", "Content-Type: application/json", "-d", body});
+        EXPECT_EQ(r.status, 200) << r.body;
+        texts.push_back(text_of(r.body, std::string(extra).find("stream") != std::string::npos));
+      }
+    return texts;
+  };
+  ServerProcess plain({"--model", source_dir() + "/models/default", "--threads", "1"});
+  const std::vector<std::string> want = completions(plain);
+  setenv("MIXSERVE_OVERLAP_STEPS", "1", 1);
+  ServerProcess overlapped({"--model", source_dir() + "/models/default", "--threads", "1"});
+  unsetenv("MIXSERVE_OVERLAP_STEPS");
+  const std::vector<std::string> got = completions(overlapped);
+  ASSERT_EQ(got.size(), want.size());
+  size_t chars = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], want[i]) << i;
+    chars += got[i].size();
+  }
+  EXPECT_GT(chars, 200u) << "the completions have text";
 }
 
 // --weights picks how the CPU backend stores the projections (docs/weight-formats.md): a bad
