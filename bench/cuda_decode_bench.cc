@@ -141,6 +141,7 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
     greedy_rows.push_back({s, &greedy, &history, 0, false});
   }
   std::vector<SampledToken> sampled;
+  SampledStep overlapped_step;
   std::vector<int32_t> next(batch);
   std::vector<double> times[4], device[4];
   for (int step = 0; step < warm + steps; ++step) {
@@ -222,11 +223,11 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) {
       launch(true);
-      backend.collect_sampled(sampled);
+      backend.collect_sampled(overlapped_step);
     }
     const double overlapped =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
-    backend.collect_sampled(sampled);
+    backend.collect_sampled(overlapped_step);
     r["overlap_greedy_us_per_step"] = overlapped * 1e6;
     r["overlap_greedy_tok_s"] = batch / overlapped;
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;

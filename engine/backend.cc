@@ -38,7 +38,8 @@ void Backend::logits_row(int32_t row, float* host) const {
   std::memcpy(host, sample_logits_.data() + row * V, V * sizeof(float));
 }
 
-void Backend::launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows) {
+void Backend::launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
+                                const std::vector<int32_t>& keep_logits) {
   const ForwardBatch* run = &batch;
   for (size_t r = 0; r < batch.tokens.size(); ++r) {
     const int32_t t = batch.tokens[r];
@@ -53,17 +54,19 @@ void Backend::launch_and_sample(const ForwardBatch& batch, const std::vector<Sam
                               " in the previous launch");
     resolved_.tokens[r] = last_sampled_[j];
   }
-  Launched l;
+  SampledStep l;
   forward_and_sample(*run, rows, l.tokens, &l.sample_seconds);
+  const int64_t V = config().vocab_size;
+  l.kept_logits.resize(keep_logits.size() * V);
+  for (size_t i = 0; i < keep_logits.size(); ++i) logits_row(keep_logits[i], &l.kept_logits[i * V]);
   last_sampled_.clear();
   for (const SampledToken& t : l.tokens) last_sampled_.push_back(t.token);
   launched_.push_back(std::move(l));
 }
 
-void Backend::collect_sampled(std::vector<SampledToken>& tokens, double* sample_seconds) {
+void Backend::collect_sampled(SampledStep& step) {
   if (launched_.empty()) throw std::logic_error("collect_sampled: nothing was launched");
-  tokens = std::move(launched_.front().tokens);
-  if (sample_seconds) *sample_seconds = launched_.front().sample_seconds;
+  step = std::move(launched_.front());
   launched_.erase(launched_.begin());
 }
 

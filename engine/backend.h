@@ -60,6 +60,15 @@ struct SampleRow {
   bool want_logprob = false;  // the token's logprob even when params->logprobs == 0
 };
 
+// What an overlapped step gives back (Backend::collect_sampled): a token for each row it sampled,
+// and the logits rows it was asked to keep (the prefix cache's snapshot of a prompt's last row),
+// vocab_size floats each, in the order asked.
+struct SampledStep {
+  std::vector<SampledToken> tokens;
+  std::vector<float> kept_logits;
+  double sample_seconds = 0;  // the sampling's share, where the backend measures it
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -87,14 +96,16 @@ class Backend {
 
   // Overlapped steps (EngineOptions::overlap_steps): launch_and_sample queues what
   // forward_and_sample does and may return before it has run; collect_sampled waits for the
-  // oldest launch not yet collected and gives its tokens. A row of the batch may be
-  // ForwardBatch::sampled_token(j): the token the previous launch sampled for its row j, which a
-  // device backend reads where its sampler wrote it, so the engine can queue step N + 1 before
-  // step N's tokens reach the host. Every other call (state pages, logits_row, forward) acts
-  // after the launches before it, as on one CUDA stream. The default runs each launch at once
+  // oldest launch not yet collected and gives its tokens, and the logits rows `keep_logits` named
+  // (a later launch overwrites the logits, so logits_row cannot fetch them then). A row of the
+  // batch may be ForwardBatch::sampled_token(j): the token the previous launch sampled for its row
+  // j, which a device backend reads where its sampler wrote it, so the engine can queue step N + 1
+  // before step N's tokens reach the host. Every other call (state pages, logits_row, forward)
+  // acts after the launches before it, as on one CUDA stream. The default runs each launch at once
   // (the CPU backend's: it has no host work to hide); a device backend overrides both.
-  virtual void launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows);
-  virtual void collect_sampled(std::vector<SampledToken>& tokens, double* sample_seconds = nullptr);
+  virtual void launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
+                                 const std::vector<int32_t>& keep_logits = {});
+  virtual void collect_sampled(SampledStep& step);
   // Whether launch_and_sample returns before the pass has run (a device backend that overlaps).
   virtual bool overlaps() const { return false; }
 
@@ -122,11 +133,7 @@ class Backend {
   std::vector<float> sample_logits_;  // the default forward_and_sample's host logits
   // The default launch_and_sample's results, oldest first, and the last launch's tokens (what a
   // sampled_token row reads).
-  struct Launched {
-    std::vector<SampledToken> tokens;
-    double sample_seconds = 0;
-  };
-  std::vector<Launched> launched_;
+  std::vector<SampledStep> launched_;
   std::vector<int32_t> last_sampled_;
   ForwardBatch resolved_;
 };

@@ -212,7 +212,7 @@ void Engine::stop() {
   drain_inbox();
   if (has_inflight_) {  // its tokens are no one's now: its requests end below
     has_inflight_ = false;
-    backend_->collect_sampled(sampled_tokens_);
+    backend_->collect_sampled(sampled_);
     for (Sequence* s : inflight_.seqs) --s->inflight;
   }
   // The message tells front ends that the server, not the client, ended these: the client is
@@ -360,15 +360,15 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
 // are due. Without overlap_steps: the forward pass and sampling, then this step's tokens. With
 // it: the step is launched, then the tokens of the launch before (in flight since the last
 // step) are read while the device runs this one; this step stays in flight unless its tokens
-// are needed before the next launch — a prompt's logits for the prefix cache (the next launch
-// overwrites them), or a request whose next row cannot be fed from the device (penalties count
-// the tokens on the host; a session's kept state must end at its last token).
+// are needed before the next launch: a request whose next row cannot be fed from the device
+// (penalties count the tokens on the host; a session's kept state must end at its last token).
+// The logits of a prompt's last row that the prefix cache keeps come back with the tokens.
 void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t0,
                          StepReport& report) {
   Launch& l = launch_;
   l.seqs.assign(kept.begin(), kept.end());
   l.rows.clear();
-  l.snapshot = false;
+  l.snapshots.clear();
   bool hold = false;
   for (size_t i = 0; i < kept.size(); ++i) {
     Live& r = live(*kept[i]);
@@ -379,8 +379,9 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
     // The RNG counter is the token's index: one more for a row fed a token not yet counted.
     l.rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
                       static_cast<uint64_t>(r.generated + (ahead ? 1 : 0)), r.return_logprob});
-    l.snapshot |= !ahead && r.generated == 0 && opts_.cache_entries > 0 &&
-                  r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt;
+    if (!ahead && r.generated == 0 && opts_.cache_entries > 0 &&
+        r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
+      l.snapshots.push_back(static_cast<int32_t>(i));
     hold |= r.penalized || !r.session.empty();
   }
   report.schedule_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -389,10 +390,10 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
   const auto tf = Clock::now();
   double sample_s = 0;
   if (!opts_.overlap_steps) {
-    backend_->forward_and_sample(batch_, l.rows, sampled_tokens_, &sample_s);
+    backend_->forward_and_sample(batch_, l.rows, sampled_.tokens, &sample_s);
     for (Sequence* s : kept) s->fed = s->end;
   } else {
-    backend_->launch_and_sample(batch_, l.rows);
+    backend_->launch_and_sample(batch_, l.rows, l.snapshots);
     for (Sequence* s : kept) {
       s->fed = s->end;
       s->ahead = -1;  // its row took it
@@ -408,14 +409,19 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
     ++overlapped_;
     collect(inflight_, report);
   }
-  if (l.snapshot || hold) return collect(l, report);
+  if (hold) return collect(l, report);
   std::swap(launch_, inflight_);
   has_inflight_ = true;
   // The requests that go on after the token this launch samples are fed it from the device
-  // next step.
+  // next step — but for a prompt the prefix cache snapshots when its tokens are read: its state
+  // must still be the prompt's then, so its next row waits for that (one step).
   const int64_t context = model_.config.max_seq_len;
+  size_t snapshot = 0;
   for (size_t k = 0; k < inflight_.rows.size(); ++k) {
-    Live& r = live(*inflight_.seqs[static_cast<size_t>(inflight_.rows[k].row)]);
+    const int32_t i = inflight_.rows[k].row;
+    while (snapshot < inflight_.snapshots.size() && inflight_.snapshots[snapshot] < i) ++snapshot;
+    if (snapshot < inflight_.snapshots.size() && inflight_.snapshots[snapshot] == i) continue;
+    Live& r = live(*inflight_.seqs[static_cast<size_t>(i)]);
     if (!r.done && r.state.allocated() && r.generated + 1 < r.max_tokens &&
         static_cast<int64_t>(r.tokens.size()) + 1 < context)
       r.ahead = static_cast<int32_t>(k);
@@ -425,11 +431,14 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
 void Engine::collect(Launch& l, StepReport& report) {
   const auto tc = Clock::now();
   double sample_s = 0;
-  if (opts_.overlap_steps) backend_->collect_sampled(sampled_tokens_, &sample_s);
+  if (opts_.overlap_steps) {
+    backend_->collect_sampled(sampled_);
+    sample_s = sampled_.sample_seconds;
+  }
   report.forward_s += std::chrono::duration<double>(Clock::now() - tc).count() - sample_s;
   report.sample_s += sample_s;
   const int64_t V = model_.config.vocab_size;
-  size_t next = 0;  // l.rows[next] is the next row that sampled
+  size_t next = 0, snapshot = 0;  // l.rows[next]: the next row that sampled; l.snapshots[snapshot]
   for (size_t i = 0; i < l.seqs.size(); ++i) {
     Live& r = live(*l.seqs[i]);
     if (opts_.overlap_steps) {
@@ -437,13 +446,21 @@ void Engine::collect(Launch& l, StepReport& report) {
       r.ahead = -1;  // its token is on the host now (if no later launch took it already)
     }
     if (next == l.rows.size() || l.rows[next].row != static_cast<int32_t>(i)) continue;
-    SampledToken& token = sampled_tokens_[next++];
+    SampledToken& token = sampled_.tokens[next++];
+    const bool snapshots =
+        snapshot < l.snapshots.size() && l.snapshots[snapshot] == static_cast<int32_t>(i);
+    snapshot += snapshots;
     if (r.done) continue;  // ended while this launch ran: its token is dropped
-    if (l.snapshot && r.generated == 0 && r.end == r.total && opts_.cache_entries > 0 &&
-        r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt) {
-      logits_.resize(V);  // the prompt's last row, for repeats
-      backend_->logits_row(static_cast<int32_t>(i), logits_.data());
-      cache_.snapshot(r.tokens, r.n_prompt, r.state, logits_.data(), V);
+    if (snapshots) {       // the prompt's last row, for repeats
+      const float* logits = nullptr;
+      if (opts_.overlap_steps) {
+        logits = &sampled_.kept_logits[(snapshot - 1) * static_cast<size_t>(V)];
+      } else {
+        logits_.resize(V);
+        backend_->logits_row(static_cast<int32_t>(i), logits_.data());
+        logits = logits_.data();
+      }
+      cache_.snapshot(r.tokens, r.n_prompt, r.state, logits, V);
     }
     emit_token(r, std::move(token));
   }

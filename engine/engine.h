@@ -159,7 +159,8 @@ class Engine {
   struct Launch {
     std::vector<Sequence*> seqs;
     std::vector<SampleRow> rows;
-    bool snapshot = false;  // a prompt ends in it whose logits the prefix cache keeps
+    // The requests (indexes into seqs) whose prompt ends in it, with logits the prefix cache keeps.
+    std::vector<int32_t> snapshots;
   };
   void launch_step(const std::vector<Sequence*>& kept, Clock::time_point t0, StepReport& report);
   // Waits for launch l's tokens and hands them to their requests.
@@ -180,8 +181,8 @@ class Engine {
   std::vector<float> logits_;  // a prompt's last logits row for a cache snapshot, reused
   Launch launch_, inflight_;   // the step being launched; the one in flight (overlap_steps)
   bool has_inflight_ = false;
-  uint64_t overlapped_ = 0;                   // steps launched while one was in flight
-  std::vector<SampledToken> sampled_tokens_;  // a launch's tokens, from the backend
+  uint64_t overlapped_ = 0;  // steps launched while one was in flight
+  SampledStep sampled_;      // a launch's tokens (and kept logits), from the backend
   ForwardBatch batch_;
 
   mutable std::mutex mu_;  // guards inbox_, cancels_, stats_ and the counters below

@@ -176,9 +176,9 @@ class CudaBackend : public Backend {
   // With device sampling: the pass, the sampling and the tokens' copy queued, no wait; a row fed
   // a sampled token reads it where the last launch's sampler wrote it (docs/cuda.md, "Overlapped
   // steps"). Without: Backend's, which runs each launch at once.
-  void launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows) override;
-  void collect_sampled(std::vector<SampledToken>& tokens,
-                       double* sample_seconds = nullptr) override;
+  void launch_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
+                         const std::vector<int32_t>& keep_logits = {}) override;
+  void collect_sampled(SampledStep& step) override;
   bool overlaps() const override;
   // The options after the environment's overrides.
   bool device_sampling() const;

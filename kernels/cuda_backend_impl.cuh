@@ -90,7 +90,9 @@ struct CudaBackend::Impl {
   struct Launch {
     int sampler_launch = 0;
     std::vector<SampleRow> rows;
+    int kept = 0;  // logits rows copied to kept_logits
   };
+  PinnedBuffer<float> kept_logits[2];  // by sampler launch, alternating as the sampler's
   std::deque<Launch> launched;
   cudaEvent_t launch_done[2] = {nullptr, nullptr};
 

@@ -62,34 +62,48 @@ void CudaBackend::Impl::reserve_fed_tokens(int rows) {
   drop_graphs();  // their embedding reads the old buffer
 }
 
-void CudaBackend::launch_and_sample(const ForwardBatch& b, const std::vector<SampleRow>& rows) {
+void CudaBackend::launch_and_sample(const ForwardBatch& b, const std::vector<SampleRow>& rows,
+                                    const std::vector<int32_t>& keep_logits) {
   Impl& m = *impl_;
-  if (!m.device_sampling) return Backend::launch_and_sample(b, rows);
+  if (!m.device_sampling) return Backend::launch_and_sample(b, rows, keep_logits);
   m.reserve_fed_tokens(static_cast<int>(rows.size()));
   m.enqueue(b, true);
   for (const SampleRow& r : rows)
     if (r.row < 0 || r.row >= m.last_logit_rows)
       throw std::out_of_range("launch_and_sample: row outside the forward pass's logits");
+  for (int32_t row : keep_logits)
+    if (row < 0 || row >= m.last_logit_rows)
+      throw std::out_of_range("launch_and_sample: kept row outside the forward pass's logits");
+  const int64_t V = m.cfg.vocab_size;
   Impl::Launch l;
-  l.sampler_launch = m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size),
-                                      rows, m.fed_tokens.get());
+  l.sampler_launch =
+      m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(V), rows, m.fed_tokens.get());
   l.rows = rows;
+  l.kept = static_cast<int>(keep_logits.size());
+  // The kept rows into this launch's pinned buffer, queued before any later pass rewrites them.
+  PinnedBuffer<float>& kept = m.kept_logits[l.sampler_launch % 2];
+  kept.reserve(keep_logits.size() * V);
+  for (size_t i = 0; i < keep_logits.size(); ++i)
+    CUDA_CHECK(cudaMemcpyAsync(kept.get() + i * V, m.logits.get() + keep_logits[i] * V,
+                               sizeof(float) * V, cudaMemcpyDeviceToHost, m.stream));
   CUDA_CHECK(cudaEventRecord(m.launch_done[l.sampler_launch % 2], m.stream));
   m.last_sampled_rows = static_cast<int>(rows.size());
   m.launched.push_back(std::move(l));
 }
 
-void CudaBackend::collect_sampled(std::vector<SampledToken>& tokens, double* sample_seconds) {
+void CudaBackend::collect_sampled(SampledStep& step) {
   Impl& m = *impl_;
-  if (!m.device_sampling) return Backend::collect_sampled(tokens, sample_seconds);
+  if (!m.device_sampling) return Backend::collect_sampled(step);
   if (m.launched.empty()) throw std::logic_error("collect_sampled: nothing was launched");
   const Impl::Launch l = std::move(m.launched.front());
   m.launched.pop_front();
   CUDA_CHECK(cudaEventSynchronize(m.launch_done[l.sampler_launch % 2]));
-  m.sampler.collect(l.sampler_launch, l.rows, tokens);
+  m.sampler.collect(l.sampler_launch, l.rows, step.tokens);
+  const float* kept = m.kept_logits[l.sampler_launch % 2].get();
+  step.kept_logits.assign(kept, kept + static_cast<size_t>(l.kept) * m.cfg.vocab_size);
   // The device's share is not timed here: the events of a step are recorded again by the next
   // launch before this one is collected.
-  if (sample_seconds) *sample_seconds = 0;
+  step.sample_seconds = 0;
 }
 
 bool CudaBackend::overlaps() const {

@@ -343,6 +343,49 @@ TEST(Scheduler, OverlappedStepsEndOnStopTokensAndKeepTheStateThatTookThem) {
   }
 }
 
+// Overlapped steps and the prefix cache's snapshot of a prompt: the state it keeps is the one
+// right after the prompt, though the request's next row may be queued before the snapshot is
+// taken (its logits come back with the tokens); a later request with the same prompt and another
+// seed starts from it and gives its solo tokens.
+TEST(Scheduler, OverlappedStepsSnapshotThePromptsState) {
+  for (const char* name : {"hybrid_a", "rwkv", "she"}) {
+    std::unique_ptr<Model> model = load(name);
+    const Model& m = *model;
+    EngineOptions opts;
+    opts.cache_min_tokens = 4;
+    opts.overlap_steps = true;
+    auto engine = make_engine(m, 16 << 20, opts);
+    std::vector<GenerateParams> params(6);
+    std::vector<Outcome> got(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      GenerateParams& p = params[i];
+      p.prompt = {5, 9, 2, 7, 3, 11, 4, static_cast<int32_t>(i % 3)};  // three prompts, twice
+      p.max_tokens = 12;
+      p.seed = 40 + i;
+      p.sampling.temperature = 0.9f;
+      // The first three run together; the others come after them, each alone.
+      if (i == 3) {
+        while (engine->step()) {
+        }
+      }
+      auto r = engine->submit(p, [&got, i](TokenOutput&& t) {
+        if (t.token >= 0) got[i].tokens.push_back(t.token);
+        if (t.finish != FinishReason::kNone) got[i].usage = t.usage;
+      });
+      ASSERT_EQ(r.status, SubmitStatus::kOk) << r.message;
+      if (i >= 3)
+        while (engine->step()) {
+        }
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, alone(m, params[i]).tokens) << name << " request " << i;
+      if (i >= 3)
+        EXPECT_EQ(got[i].usage.cached_tokens, 8) << name << " " << i << ": the prompt's snapshot";
+    }
+    EXPECT_GT(engine->stats().overlapped_steps, 10u) << name;
+  }
+}
+
 // A model too small to cost anything (the null backend runs it): vocabulary 16, width 16; the
 // caller sets its layers.
 LoadedModel tiny_model(const char* id, int32_t n_layers, int32_t max_seq_len) {
