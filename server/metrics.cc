@@ -46,7 +46,8 @@ auto& family(prometheus::Registry& r, const std::string& name, const std::string
 struct Metrics::ModelSeries {
   prometheus::Histogram *ttft, *itl, *e2e, *queue, *prefill_step, *decode_step, *batch, *prompt_len,
       *gen_len;
-  prometheus::Counter *prompt_tokens, *gen_tokens, *preemptions, *cache_hits, *cache_hit_tokens;
+  prometheus::Counter *prompt_tokens, *gen_tokens, *preemptions, *overlapped_steps, *cache_hits,
+      *cache_hit_tokens;
   prometheus::Gauge *running, *waiting, *max_running, *max_queue, *pages_used, *pages_total,
       *pages_constant, *pages_ring, *pages_kv, *efficiency, *sessions, *cache_entries;
   std::map<std::string, prometheus::Counter*> finished;  // by finish reason
@@ -54,7 +55,7 @@ struct Metrics::ModelSeries {
   std::vector<std::array<prometheus::Counter*, 4>> ops;  // per layer: mul, add, div, exp
   std::vector<std::vector<std::array<int64_t, 4>>>
       cost;  // [layer][t] analytic ops of one token at position t
-  uint64_t seen_preemptions = 0, seen_hits = 0, seen_hit_tokens = 0;
+  uint64_t seen_preemptions = 0, seen_overlapped = 0, seen_hits = 0, seen_hit_tokens = 0;
 };
 
 Metrics::Metrics()
@@ -89,6 +90,9 @@ Metrics::Metrics()
       preemptions_(
           family<prometheus::Counter>(*registry_, "mixserve_preemptions_total",
                                       "Requests preempted because the state pool ran out")),
+      overlapped_steps_(family<prometheus::Counter>(
+          *registry_, "mixserve_overlapped_steps_total",
+          "Engine steps queued while the step before was still running (--overlap-steps)")),
       cache_hits_(family<prometheus::Counter>(*registry_, "mixserve_prefix_cache_hits_total",
                                               "Requests that started from a cached prefix")),
       cache_hit_tokens_(
@@ -142,6 +146,7 @@ std::function<void(const StepReport&)> Metrics::add_model(const std::string& mod
   s->prompt_tokens = &prompt_tokens_.Add(m);
   s->gen_tokens = &gen_tokens_.Add(m);
   s->preemptions = &preemptions_.Add(m);
+  s->overlapped_steps = &overlapped_steps_.Add(m);
   s->cache_hits = &cache_hits_.Add(m);
   s->cache_hit_tokens = &cache_hit_tokens_.Add(m);
   s->running = &running_.Add(m);
@@ -258,11 +263,14 @@ std::string Metrics::render(const ModelHub& hub) {
     std::lock_guard<std::mutex> lock(mu_);
     s.preemptions->Increment(
         static_cast<double>(st.preemptions - std::min(st.preemptions, s.seen_preemptions)));
+    s.overlapped_steps->Increment(static_cast<double>(
+        st.overlapped_steps - std::min(st.overlapped_steps, s.seen_overlapped)));
     s.cache_hits->Increment(
         static_cast<double>(st.cache.hits - std::min(st.cache.hits, s.seen_hits)));
     s.cache_hit_tokens->Increment(static_cast<double>(
         st.cache.hit_tokens - std::min(st.cache.hit_tokens, s.seen_hit_tokens)));
     s.seen_preemptions = std::max(s.seen_preemptions, st.preemptions);
+    s.seen_overlapped = std::max(s.seen_overlapped, st.overlapped_steps);
     s.seen_hits = std::max(s.seen_hits, st.cache.hits);
     s.seen_hit_tokens = std::max(s.seen_hit_tokens, st.cache.hit_tokens);
   }

@@ -45,7 +45,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>&ttft_, &itl_, &e2e_, &queue_, &prefill_step_,
       &decode_step_, &batch_, &prompt_len_, &gen_len_, &mixer_step_;
   prometheus::Family<prometheus::Counter>&prompt_tokens_, &gen_tokens_, &requests_, &rejected_,
-      &preemptions_, &cache_hits_, &cache_hit_tokens_, &mixer_ops_, &http_;
+      &preemptions_, &overlapped_steps_, &cache_hits_, &cache_hit_tokens_, &mixer_ops_, &http_;
   prometheus::Family<prometheus::Gauge>&running_, &waiting_, &max_running_, &max_queue_,
       &pages_used_, &pages_total_, &pages_kind_, &efficiency_, &sessions_, &cache_entries_,
       &critical_path_;

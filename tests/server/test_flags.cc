@@ -248,7 +248,7 @@ void expect_server_with_env_completes(const char* env_var, const char* value,
 
 // --overlap-steps (MIXSERVE_OVERLAP_STEPS; docs/scheduler.md): each engine step queued before the
 // previous one's tokens are read. The same seeded completions as without it over REST, streamed
-// or not, ending on a stop string or at max_tokens, several at once.
+// or not, ending on a stop string or at max_tokens; /metrics counts the steps it overlapped.
 TEST(Flags, OverlapStepsGiveTheSameCompletions) {
   // A completion's text and finish reason, from its JSON or its stream's events.
   auto text_of = [](const std::string& body, bool stream) {
@@ -284,9 +284,9 @@ TEST(Flags, OverlapStepsGiveTheSameCompletions) {
   ServerProcess plain({"--model", source_dir() + "/models/default", "--threads", "1"});
   const std::vector<std::string> want = completions(plain);
   setenv("MIXSERVE_OVERLAP_STEPS", "1", 1);
-  ServerProcess overlapped({"--model", source_dir() + "/models/default", "--threads", "1"});
+  ServerProcess overlapped_server({"--model", source_dir() + "/models/default", "--threads", "1"});
   unsetenv("MIXSERVE_OVERLAP_STEPS");
-  const std::vector<std::string> got = completions(overlapped);
+  const std::vector<std::string> got = completions(overlapped_server);
   ASSERT_EQ(got.size(), want.size());
   size_t chars = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -294,6 +294,15 @@ TEST(Flags, OverlapStepsGiveTheSameCompletions) {
     chars += got[i].size();
   }
   EXPECT_GT(chars, 200u) << "the completions have text";
+  // mixserve_overlapped_steps_total counts the steps queued behind one in flight.
+  const std::regex overlapped(R"(\nmixserve_overlapped_steps_total\{[^}]*\} (\d+))");
+  std::smatch match;
+  const std::string on = curl(overlapped_server.http_url("/metrics")).body,
+                    off = curl(plain.http_url("/metrics")).body;
+  ASSERT_TRUE(std::regex_search(on, match, overlapped)) << on;
+  EXPECT_GT(std::stoi(match[1]), 50);
+  ASSERT_TRUE(std::regex_search(off, match, overlapped)) << off;
+  EXPECT_EQ(match[1], "0");
 }
 
 // --weights picks how the CPU backend stores the projections (docs/weight-formats.md): a bad
