@@ -13,7 +13,9 @@ the container image run the server (malloc's heap on transparent huge pages).
   /usr/bin/python3 bench/scheduler_ab.py --malloc-ab [--after BIN] [--runs 30]
 
 --malloc-ab compares one build (--after) with malloc's defaults and with the huge-page heap,
-alternately, instead of two builds: how much the setting is worth on this host.
+alternately, instead of two builds: how much the setting is worth on this host. --overlap-ab
+compares one build with steps one at a time and overlapped (EngineOptions::overlap_steps): the
+engine's own work for each, which overlapping hides behind a device's step.
 
 Alternating the two builds run by run, on the same machine in one sitting, is what makes the ratio
 meaningful on a shared VM whose speed drifts; each run already reports its median window.
@@ -32,9 +34,9 @@ MODES = {"turnover (max_tokens 128)": "128", "decode only": "5000", "decode only
 FIELDS = ["host_us", "schedule_us", "emit_and_bookkeeping_us", "sample_us", "step_us"]
 
 
-def run(binary, max_tokens, env=None):
-    out = subprocess.run([binary, "--max-tokens", max_tokens], check=True, capture_output=True, text=True,
-                         env=env).stdout
+def run(binary, max_tokens, env=None, extra=()):
+    out = subprocess.run([binary, "--max-tokens", max_tokens, *extra], check=True, capture_output=True,
+                         text=True, env=env).stdout
     return json.loads(out)
 
 
@@ -48,41 +50,47 @@ def main():
     ap.add_argument("--malloc-hugetlb", action="store_true", help="GLIBC_TUNABLES=glibc.malloc.hugetlb=1")
     ap.add_argument("--malloc-ab", action="store_true",
                     help="one build (--after) with malloc defaults and with glibc.malloc.hugetlb=1")
+    ap.add_argument("--overlap-ab", action="store_true",
+                    help="one build (--after) with steps one at a time and overlapped (--overlap-steps 1)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results",
                                                   f"scheduler-{datetime.date.today().isoformat()}"))
     args = ap.parse_args()
     defaults = dict(os.environ)
     defaults.pop("GLIBC_TUNABLES", None)
     hugetlb = dict(defaults, GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
-    if args.malloc_ab:  # (label, binary, environment) of each side
-        builds = [("malloc defaults", args.after, defaults), ("hugetlb", args.after, hugetlb)]
+    env = hugetlb if args.malloc_hugetlb else defaults
+    if args.malloc_ab:  # (label, binary, environment, extra arguments) of each side
+        builds = [("malloc defaults", args.after, defaults, ()), ("hugetlb", args.after, hugetlb, ())]
+    elif args.overlap_ab:
+        builds = [("one at a time", args.after, env, ()),
+                  ("overlapped", args.after, env, ("--overlap-steps", "1"))]
     elif args.before:
-        env = hugetlb if args.malloc_hugetlb else defaults
-        builds = [(args.before_label, args.before, env), (args.after_label, args.after, env)]
+        builds = [(args.before_label, args.before, env, ()), (args.after_label, args.after, env, ())]
     else:
-        ap.error("--before is required (or --malloc-ab)")
+        ap.error("--before is required (or --malloc-ab, --overlap-ab)")
     malloc = ("both, one build (--malloc-ab)" if args.malloc_ab
               else "glibc.malloc.hugetlb=1 (heap on transparent huge pages)" if args.malloc_hugetlb
               else "glibc malloc defaults (4 KiB pages)")
-    samples = {(b, m): [] for b, _, _ in builds for m in MODES}
+    samples = {(b, m): [] for b, _, _, _ in builds for m in MODES}
     total = args.runs * len(MODES) * len(builds)
     done = 0
     for i in range(args.runs):
         for mode, max_tokens in MODES.items():
-            for label, binary, env in builds:
-                r = run(binary, max_tokens, env)
+            for label, binary, env, extra in builds:
+                r = run(binary, max_tokens, env, extra)
                 samples[(label, mode)].append(r)
                 done += 1
                 print(f"[{done}/{total}] {label:>10} {mode:<27} host {r['host_us']:6.1f} us  "
                       f"schedule {r['schedule_us']:5.1f}  sample {r['sample_us']:5.1f}", flush=True)
     rows = []
     for mode in MODES:
-        for label, _, _ in builds:
+        for label, _, _, _ in builds:
             runs = samples[(label, mode)]
             row = {"build": label, "mode": mode, "max_tokens": int(MODES[mode]), "running": runs[0]["running"]}
             for f in FIELDS:
                 row[f] = round(statistics.median(r[f] for r in runs), 2)
             row["host_us_runs"] = [round(r["host_us"], 2) for r in runs]
+            row["overlapped_steps"] = runs[0].get("overlapped_steps")
             rows.append(row)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
     result = {"benchmark": "scheduler-overhead", "date": datetime.date.today().isoformat(),

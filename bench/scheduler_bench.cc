@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   a.flag("page-rows", "1", "pages of this many d-float rows (1: the backends' default page)");
   a.flag("cache-entries", "4096",
          "prefix-cache entries (0: finished requests are retired, not adopted into the cache)");
+  a.flag("overlap-steps", "0",
+         "1: EngineOptions::overlap_steps (the null backend runs each launch at once, so this "
+         "times the engine's own work for overlapped steps)");
   a.flag("out", "", "write the result to this JSON file");
   std::string err;
   if (!a.parse(argc - 1, argv + 1, err) || a.help_requested()) {
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   opts.max_batch = running;
   opts.step_token_budget = 4096;
   opts.cache_entries = static_cast<int>(a.integer("cache-entries"));
+  opts.overlap_steps = a.integer("overlap-steps") != 0;
   const int32_t page_floats = static_cast<int32_t>(a.integer("page-rows") * c.d_model);
   Engine engine(model, std::make_unique<NullBackend>(c, int64_t{8} << 30, page_floats), opts);
   // Steady state: every request decodes max-tokens tokens, and each one that finishes is
@@ -158,6 +162,8 @@ int main(int argc, char** argv) {
             {"requests_finished", finished},
             {"max_tokens", max_tokens},
             {"preemptions", end.preemptions},
+            {"overlap_steps", opts.overlap_steps},
+            {"overlapped_steps", end.overlapped_steps},
             {"page_floats", page_floats},
             {"pool_efficiency", end.pool_efficiency}});
   nlohmann::json all = nlohmann::json::array();
