@@ -27,6 +27,7 @@ int generate_command(int argc, char** argv) {
   std::string model_dir = "models/default", prompt, backend = "auto", weights = "auto",
               kv_cache = "f32";
   int threads = 0;
+  bool overlap_steps = false;
   app.add_option("--model", model_dir,
                  "model directory (config.json, model.safetensors, tokenizer.model)")
       ->type_name("DIR")
@@ -48,6 +49,9 @@ int generate_command(int argc, char** argv) {
                  "default; CPU backend)")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
+  cli::add_bool(app, "--overlap-steps", overlap_steps,
+                "queue each engine step before the previous one's token reaches the host (pays on "
+                "a GPU; docs/scheduler.md)");
   SamplingFlags sampling;
   add_sampling_flags(app, sampling);
   cli::finish(app);
@@ -66,7 +70,9 @@ int generate_command(int argc, char** argv) {
     choice.threads = threads;
     choice.weights = *parse_weight_format(weights);
     choice.kv_cache = kv_cache_from_flag(kv_cache);
-    Engine engine(model, make_backend(model, choice));
+    EngineOptions eo;
+    eo.overlap_steps = overlap_steps;
+    Engine engine(model, make_backend(model, choice), eo);
     std::promise<TokenOutput> last;
     SubmitResult r = engine.submit(p, [&](TokenOutput&& out) {
       std::fwrite(out.text.data(), 1, out.text.size(), stdout);

@@ -303,6 +303,14 @@ TEST(Flags, OverlapStepsGiveTheSameCompletions) {
   EXPECT_GT(std::stoi(match[1]), 50);
   ASSERT_TRUE(std::regex_search(off, match, overlapped)) << off;
   EXPECT_EQ(match[1], "0");
+  // And `mixserve generate --overlap-steps`: the same seeded text as without.
+  const std::string base =
+      "generate " + kModel + "--threads 1 --prompt 'And God said' --max-tokens 24 --seed 3 ";
+  const Outcome one = mixserve(base), two = mixserve(base + "--overlap-steps");
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_EQ(two.output.substr(0, two.output.find("[")), one.output.substr(0, one.output.find("[")));
+  EXPECT_NE(finish_line(two.output).find("completion_tokens=24"), std::string::npos) << two.output;
 }
 
 // --weights picks how the CPU backend stores the projections (docs/weight-formats.md): a bad
