@@ -1,6 +1,7 @@
 // The CUDA backend's sampling on the device (CudaBackendOptions::device_sampling,
 // kernels/sampling.cuh) and its overlapped steps (Backend::launch_and_sample; docs/cuda.md,
 // "Overlapped steps").
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
