@@ -114,9 +114,14 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   std::mt19937 rng(1);
   const int V = static_cast<int>(cfg.vocab_size);
   std::uniform_int_distribution<int> tok(0, V - 1);
-  // With --device-sampling, `steps` overlapped greedy steps after the others (and one to start).
-  const int warm = 8, total = prompt + warm + steps + (device_sampling ? steps + 1 : 0);
-  if (total > cfg.max_seq_len) throw std::invalid_argument("prompt + steps exceed max_seq_len");
+  const int warm = 8, timed = prompt + warm + steps;
+  if (timed > cfg.max_seq_len) throw std::invalid_argument("prompt + steps exceed max_seq_len");
+  // With --device-sampling, up to `steps` overlapped greedy steps after the others (and one to
+  // start them), as many as the context has room for.
+  const int overlapped_steps =
+      device_sampling ? std::max(0, std::min(steps, static_cast<int>(cfg.max_seq_len) - timed - 1))
+                      : 0;
+  const int total = timed + (overlapped_steps > 0 ? overlapped_steps + 1 : 0);
   std::vector<SequenceState> seqs(batch);
   std::vector<std::vector<int32_t>> prompts(batch);
   ForwardBatch pre;
@@ -204,11 +209,12 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
         {"sequence_blocks", backend.sequence_blocks()},
         {"sequences_per_block", backend.sequences_per_block()},
         {"sample_candidates", backend.sample_candidates()}}}};
-  if (device_sampling) {
+  if (overlapped_steps > 0) {
     // Overlapped greedy steps (Backend::launch_and_sample, what EngineOptions::overlap_steps
     // runs): each queued before the previous one's tokens are read, its rows fed them on the
     // device, so the host's work (upload, launch, reading tokens) hides behind the device's. Wall
-    // time of `steps` steps after the first, the last one's tokens read outside the window.
+    // time of overlapped_steps steps after the first, the last one's tokens read outside the
+    // window.
     int pos = prompt + warm + steps;
     auto launch = [&](bool fed) {
       ForwardBatch b;
@@ -221,15 +227,19 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
     };
     launch(false);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) {
+    for (int i = 0; i < overlapped_steps; ++i) {
       launch(true);
       backend.collect_sampled(overlapped_step);
     }
     const double overlapped =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+        overlapped_steps;
     backend.collect_sampled(overlapped_step);
+    r["overlap_greedy_steps"] = overlapped_steps;
     r["overlap_greedy_us_per_step"] = overlapped * 1e6;
     r["overlap_greedy_tok_s"] = batch / overlapped;
+  }
+  if (device_sampling) {
     r["sample_device_us_per_step_median"] = median(times[2]) * 1e6;
     r["sample_device_tok_s"] = batch / median(times[2]);
     r["greedy_device_us_per_step_median"] = median(times[3]) * 1e6;
