@@ -451,7 +451,9 @@ void Engine::collect(Launch& l, StepReport& report) {
         snapshot < l.snapshots.size() && l.snapshots[snapshot] == static_cast<int32_t>(i);
     snapshot += snapshots;
     if (r.done) continue;  // ended while this launch ran: its token is dropped
-    if (snapshots) {       // the prompt's last row, for repeats
+    // The prompt's last row, for repeats — unless the request was preempted since its launch
+    // (overlapped steps: the next step's planning may have swapped its state out or dropped it).
+    if (snapshots && r.state.allocated() && r.fed == r.n_prompt) {
       const float* logits = nullptr;
       if (opts_.overlap_steps) {
         logits = &sampled_.kept_logits[(snapshot - 1) * static_cast<size_t>(V)];

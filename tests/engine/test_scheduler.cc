@@ -139,7 +139,8 @@ void randomized_schedules(bool overlap) {
           for (int i = uniform(1, 4); i > 0; --i) p.prompt.push_back(uniform(0, V - 1));
           finished_sessions.erase(it);
         } else {
-          p.session = uniform(0, 4) == 0 ? "s" + std::to_string(next) : "";
+          // Fewer sessions with overlapped steps: a session's turn holds the steps it is in.
+          p.session = uniform(0, overlap ? 29 : 4) == 0 ? "s" + std::to_string(next) : "";
         }
         p.max_tokens = uniform(1, 12);
         if (static_cast<int64_t>(p.prompt.size()) + p.max_tokens > m.fx.cfg.max_seq_len)
@@ -151,7 +152,8 @@ void randomized_schedules(bool overlap) {
           for (int i = uniform(1, 3); i > 0; --i) p.stop_token_ids.push_back(uniform(0, V - 1));
         p.sampling.temperature = uniform(0, 3) == 0 ? 0.0f : 0.9f;
         p.sampling.top_k = uniform(0, 1) ? 0 : 20;
-        if (uniform(0, 9) == 0) p.sampling.repetition_penalty = 1.3f;  // holds overlapped steps
+        if (uniform(0, overlap ? 49 : 9) == 0)  // penalties hold overlapped steps too
+          p.sampling.repetition_penalty = 1.3f;
         if (uniform(0, 19) == 0)
           p.deadline = Clock::now() - std::chrono::milliseconds(1);  // expired
         else if (uniform(0, 19) == 0)
@@ -214,8 +216,8 @@ void randomized_schedules(bool overlap) {
   EXPECT_GT(preemptions, 0u) << "the pool was small enough to force preemption";
   EXPECT_GT(hits, 0u) << "repeated prompts hit the prefix cache";
   EXPECT_GT(cut_short, 0);
-  if (overlap)  // sessions' turns, penalties and prompts' cache snapshots hold most of these steps
-    EXPECT_GT(overlapped * 20, steps) << "some steps were queued behind one in flight";
+  if (overlap)  // sessions' turns and penalised requests hold the rest
+    EXPECT_GT(overlapped * 2, steps) << "most steps were queued behind one in flight";
   else
     EXPECT_EQ(overlapped, 0u);
   std::printf(
