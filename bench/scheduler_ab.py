@@ -93,7 +93,9 @@ def main():
             row["overlapped_steps"] = runs[0].get("overlapped_steps")
             rows.append(row)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
-    result = {"benchmark": "scheduler-overhead", "date": datetime.date.today().isoformat(),
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
+    result = {"benchmark": "scheduler-overhead", "date": datetime.date.today().isoformat(), "commit": commit,
               "host": f"{cpu}, {os.cpu_count()} cores (shared VM)", "null_backend": True, "runs": args.runs,
               "statistic": "median over runs of each run's median window",
               "note": "host_us = step - forward - sampling: admission, batching, pool and cache bookkeeping, "
