@@ -1,7 +1,7 @@
 // Backend::forward_and_sample and Backend::logits_row (engine/backend.h): the default samples on
 // the host with engine/sampler exactly as sample_token does on forward()'s logits, and the engine
 // takes its tokens from forward_and_sample and fetches a logits row only for a prefix-cache
-// snapshot of a prompt.
+// snapshot of a prompt; launch_and_sample / collect_sampled, the overlapped steps' pair.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -155,6 +155,70 @@ TEST(BackendSampling, EngineEmitsTheBackendsTokensAndFetchesRowsOnlyForSnapshots
   forced->forced_token = 3;
   Engine overridden(model, std::move(forced), no_cache);
   EXPECT_EQ(generate(overridden, p), std::vector<int32_t>(5, 3));
+}
+
+// Backend's default launch_and_sample / collect_sampled (overlapped steps): a row fed the token the
+// last launch sampled (ForwardBatch::sampled_token) runs as if the host had fed it, the kept
+// logits rows are logits_row's, launches are collected oldest first, and what cannot be served
+// is refused with a clear error: a sampled token the last launch does not have, a collect with
+// nothing launched.
+TEST(BackendSampling, DefaultLaunchesFeedTheLastLaunchsTokensAndRefuseWhatItDoesNotHave) {
+  Fixture fx = load_fixture("rwkv");
+  auto a = fixture_cpu_backend(fx, 1, 16 << 20), b = fixture_cpu_backend(fx, 1, 16 << 20);
+  Runner ra(*a), rb(*b);
+  const int V = static_cast<int>(fx.cfg.vocab_size);
+  SequenceState sa, sb;
+  ASSERT_TRUE(ra.alloc.admit(sa, 16));
+  ASSERT_TRUE(rb.alloc.admit(sb, 16));
+  const std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + 5);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  TokenHistory h;
+  h.init(prompt, V, false);
+  const std::vector<SampleRow> rows = {{0, &greedy, &h, 0, false}};
+
+  SampledStep step;
+  EXPECT_THROW(a->collect_sampled(step), std::logic_error) << "nothing launched";
+  ForwardBatch first;
+  first.add_sequence(prompt.data(), static_cast<int>(prompt.size()), 0, sa);
+  a->launch_and_sample(first, rows, {0});
+  const int32_t fed = ForwardBatch::sampled_token(0);
+  ForwardBatch second;
+  second.add_sequence(&fed, 1, static_cast<int>(prompt.size()), sa);
+  a->launch_and_sample(second, rows);  // queued before the first launch's token is read
+  SampledStep one, two;
+  a->collect_sampled(one);
+  a->collect_sampled(two);
+  ASSERT_EQ(one.tokens.size(), 1u);
+  ASSERT_EQ(two.tokens.size(), 1u);
+  EXPECT_TRUE(two.kept_logits.empty());
+
+  // The same two steps with the token fed from the host.
+  std::vector<SampledToken> want;
+  ForwardBatch host_first;
+  host_first.add_sequence(prompt.data(), static_cast<int>(prompt.size()), 0, sb);
+  b->forward_and_sample(host_first, rows, want);
+  EXPECT_EQ(one.tokens[0].token, want[0].token);
+  std::vector<float> logits(V);
+  b->logits_row(0, logits.data());
+  ASSERT_EQ(one.kept_logits.size(), static_cast<size_t>(V));
+  EXPECT_EQ(std::memcmp(one.kept_logits.data(), logits.data(), V * sizeof(float)), 0);
+  ForwardBatch host_second;
+  host_second.add_sequence(&want[0].token, 1, static_cast<int>(prompt.size()), sb);
+  b->forward_and_sample(host_second, rows, want);
+  EXPECT_EQ(two.tokens[0].token, want[0].token);
+
+  // The last launch sampled one row: its row 1 does not exist.
+  const int32_t missing = ForwardBatch::sampled_token(1);
+  ForwardBatch third;
+  third.add_sequence(&missing, 1, static_cast<int>(prompt.size()) + 1, sa);
+  try {
+    a->launch_and_sample(third, rows);
+    ADD_FAILURE() << "a sampled token the last launch does not have was accepted";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("no sampled token 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(a->collect_sampled(step), std::logic_error) << "the refused launch queued nothing";
 }
 
 }  // namespace
