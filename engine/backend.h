@@ -28,10 +28,10 @@ struct ForwardBatch {
   bool all_logits = false;  // logits for every row, not only each sequence's last row
 
   int n_seq() const { return static_cast<int>(pos0.size()); }
-  // Inline: the engine calls it for every running request on every step.
   // A decode row whose token is not on the host yet: the one the previous
   // Backend::launch_and_sample sampled for its sample row `sample_row` (overlapped steps).
   static constexpr int32_t sampled_token(int32_t sample_row) { return -1 - sample_row; }
+  // Inline: the engine calls it for every running request on every step.
   void add_sequence(const int32_t* toks, int n, int pos, const SequenceState& state) {
     if (row_start.empty()) row_start.push_back(0);
     if (n == 1)

@@ -394,9 +394,8 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
     for (Sequence* s : kept) s->fed = s->end;
   } else {
     backend_->launch_and_sample(batch_, l.rows, l.snapshots);
-    for (Sequence* s : kept) {
+    for (Sequence* s : kept) {  // `ahead` is cleared when the launch in flight is collected
       s->fed = s->end;
-      s->ahead = -1;  // its row took it
       ++s->inflight;
     }
   }
@@ -405,9 +404,8 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
   report.mixer_seconds = &backend_->mixer_seconds();
   if (!opts_.overlap_steps) return collect(l, report);
   if (has_inflight_) {
-    has_inflight_ = false;
     ++overlapped_;
-    collect(inflight_, report);
+    collect_inflight(report);
   }
   if (hold) return collect(l, report);
   std::swap(launch_, inflight_);
@@ -426,6 +424,11 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
         static_cast<int64_t>(r.tokens.size()) + 1 < context)
       r.ahead = static_cast<int32_t>(k);
   }
+}
+
+void Engine::collect_inflight(StepReport& report) {
+  has_inflight_ = false;
+  collect(inflight_, report);
 }
 
 void Engine::collect(Launch& l, StepReport& report) {
@@ -496,8 +499,7 @@ bool Engine::step() {
     launch_step(kept, t0, report);
   } else if (has_inflight_) {  // nothing more to queue: the last launch's tokens
     worked = true;
-    has_inflight_ = false;
-    collect(inflight_, report);
+    collect_inflight(report);
   }
   scheduler_.remove_finished();
   const auto now = Clock::now();

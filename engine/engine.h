@@ -163,8 +163,9 @@ class Engine {
     std::vector<int32_t> snapshots;
   };
   void launch_step(const std::vector<Sequence*>& kept, Clock::time_point t0, StepReport& report);
-  // Waits for launch l's tokens and hands them to their requests.
+  // Waits for launch l's tokens and hands them to their requests; collect_inflight: inflight_'s.
   void collect(Launch& l, StepReport& report);
+  void collect_inflight(StepReport& report);
   void run_on_engine(const std::function<void()>& fn);  // see list_sessions
   void run_tasks();
   std::string import_now(SessionRecord& r);

@@ -196,7 +196,7 @@ bool Scheduler::begin_step(Clock::time_point now) {
     Sequence* s = sp.get();
     if (expired(*s, now)) continue;
     any_cached |= s->has_cached_logits;
-    const int32_t left = s->total - s->fed + (s->ahead >= 0 ? 1 : 0);
+    const int32_t left = s->reach() - s->fed;
     if (left <= 0) continue;
     if (left == 1) {  // a decoder: its chunk is its last token (or the one on its way)
       s->end = s->fed + 1;
@@ -230,7 +230,7 @@ const std::vector<Sequence*>& Scheduler::fill_batch(ForwardBatch& batch) {
   batch.clear();
   for (std::vector<Sequence*>* group : {&decoders_, &prefills_})
     for (Sequence* s : *group) {
-      if (s->done || !s->state.allocated() || s->fed >= s->total + (s->ahead >= 0 ? 1 : 0))
+      if (s->done || !s->state.allocated() || s->fed >= s->reach())
         continue;  // preempted meanwhile
       if (s->end - s->fed > budget_) continue;
       if (s->end > s->state.capacity_tokens &&

@@ -36,6 +36,8 @@ struct Sequence {
   // device (ForwardBatch::sampled_token) at position fed = total; `inflight`: launches not yet
   // collected with a row of this request, which keep it from being removed.
   int32_t ahead = -1, inflight = 0;
+  // The end of what its rows can be fed: its tokens, and the one on its way.
+  int32_t reach() const { return total + (ahead >= 0 ? 1 : 0); }
   bool done = false, cancelled = false, has_deadline = false;
   bool has_cached_logits = false;  // a cache hit on the whole prompt: its next token is sampled
                                    // from cached_logits, without a forward pass

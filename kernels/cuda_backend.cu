@@ -213,8 +213,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
   CUDA_CHECK(cudaEventCreate(&m.step_begin));
   CUDA_CHECK(cudaEventCreate(&m.step_end));
   CUDA_CHECK(cudaEventCreate(&m.sample_end));
-  for (cudaEvent_t& e : m.launch_done)
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (Impl::LaunchSlot& s : m.launch_slots)
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   m.reserve_fed_tokens(kMaxGraphBatch);
   m.device_sampling = opts.device_sampling;
   if (const char* env = std::getenv("MIXSERVE_CUDA_SAMPLING")) {

@@ -90,11 +90,17 @@ struct CudaBackend::Impl {
   struct Launch {
     int sampler_launch = 0;
     std::vector<SampleRow> rows;
-    int kept = 0;  // logits rows copied to kept_logits
+    int kept = 0;  // logits rows copied to its slot's kept_logits
   };
-  PinnedBuffer<float> kept_logits[2];  // by sampler launch, alternating as the sampler's
   std::deque<Launch> launched;
-  cudaEvent_t launch_done[2] = {nullptr, nullptr};
+  // What a launch leaves on the host until it is collected, by sampler launch, alternating as
+  // the sampler's own slots do: the event its collect waits on, the logits rows it keeps.
+  struct LaunchSlot {
+    cudaEvent_t done = nullptr;
+    PinnedBuffer<float> kept_logits;
+  };
+  LaunchSlot launch_slots[2];
+  LaunchSlot& slot_of(const Launch& l) { return launch_slots[l.sampler_launch % 2]; }
 
   Impl(const ModelConfig& c, const CudaBackendOptions& o) : cfg(c), opts(o), weights(o.weights) {}
 
@@ -104,8 +110,8 @@ struct CudaBackend::Impl {
     if (step_begin) cudaEventDestroy(step_begin);
     if (step_end) cudaEventDestroy(step_end);
     if (sample_end) cudaEventDestroy(sample_end);
-    for (cudaEvent_t e : launch_done)
-      if (e) cudaEventDestroy(e);
+    for (LaunchSlot& s : launch_slots)
+      if (s.done) cudaEventDestroy(s.done);
     if (stream) cudaStreamDestroy(stream);
   }
 

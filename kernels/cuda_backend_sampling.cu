@@ -82,12 +82,12 @@ void CudaBackend::launch_and_sample(const ForwardBatch& b, const std::vector<Sam
   l.rows = rows;
   l.kept = static_cast<int>(keep_logits.size());
   // The kept rows into this launch's pinned buffer, queued before any later pass rewrites them.
-  PinnedBuffer<float>& kept = m.kept_logits[l.sampler_launch % 2];
-  kept.reserve(keep_logits.size() * V);
+  Impl::LaunchSlot& slot = m.slot_of(l);
+  slot.kept_logits.reserve(keep_logits.size() * V);
   for (size_t i = 0; i < keep_logits.size(); ++i)
-    CUDA_CHECK(cudaMemcpyAsync(kept.get() + i * V, m.logits.get() + keep_logits[i] * V,
+    CUDA_CHECK(cudaMemcpyAsync(slot.kept_logits.get() + i * V, m.logits.get() + keep_logits[i] * V,
                                sizeof(float) * V, cudaMemcpyDeviceToHost, m.stream));
-  CUDA_CHECK(cudaEventRecord(m.launch_done[l.sampler_launch % 2], m.stream));
+  CUDA_CHECK(cudaEventRecord(slot.done, m.stream));
   m.last_sampled_rows = static_cast<int>(rows.size());
   m.launched.push_back(std::move(l));
 }
@@ -98,9 +98,10 @@ void CudaBackend::collect_sampled(SampledStep& step) {
   if (m.launched.empty()) throw std::logic_error("collect_sampled: nothing was launched");
   const Impl::Launch l = std::move(m.launched.front());
   m.launched.pop_front();
-  CUDA_CHECK(cudaEventSynchronize(m.launch_done[l.sampler_launch % 2]));
+  Impl::LaunchSlot& slot = m.slot_of(l);
+  CUDA_CHECK(cudaEventSynchronize(slot.done));
   m.sampler.collect(l.sampler_launch, l.rows, step.tokens);
-  const float* kept = m.kept_logits[l.sampler_launch % 2].get();
+  const float* kept = slot.kept_logits.get();
   step.kept_logits.assign(kept, kept + static_cast<size_t>(l.kept) * m.cfg.vocab_size);
   // The device's share is not timed here: the events of a step are recorded again by the next
   // launch before this one is collected.
