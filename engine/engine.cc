@@ -19,6 +19,8 @@ struct alignas(64) Engine::Live : Sequence {
   int32_t generated = 0;
   bool ignore_eos = false, return_logprob = false, want_logprobs = false, has_stop_ids = false;
   bool penalized = false;  // a penalty is on: history counts the tokens
+  // Its steps are not overlapped (overlap_steps; launch_step says why): penalties, a session.
+  bool holds_steps = false;
   OutputSink sink;
   std::unique_ptr<IncrementalDetokenizer> detok;
   // The rest.
@@ -143,6 +145,7 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->penalized =
       sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
   r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size), r->penalized);
+  r->holds_steps = r->penalized || !r->session.empty();
   if (model_.tokenizer)
     r->detok = std::make_unique<IncrementalDetokenizer>(*model_.tokenizer, params.prompt);
   r->stop = std::make_unique<StopMatcher>(params.stop);
@@ -375,6 +378,10 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
     const bool ahead = r.end > r.total;  // fed the token on its way from the launch in flight
     (r.end - r.fed == 1 && (r.generated > 0 || ahead) ? report.decode_rows : report.prefill_rows) +=
         r.end - r.fed;
+    // The state covers the chunk once the launch has run (the backend reads the batch, not fed);
+    // overlapping, `ahead` is cleared when the launch in flight is collected.
+    r.fed = r.end;
+    r.inflight += opts_.overlap_steps;
     if (r.end < r.total) continue;  // a prompt chunk with more to come: nothing to sample
     // The RNG counter is the token's index: one more for a row fed a token not yet counted.
     l.rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
@@ -382,23 +389,17 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
     if (!ahead && r.generated == 0 && opts_.cache_entries > 0 &&
         r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
       l.snapshots.push_back(static_cast<int32_t>(i));
-    hold |= r.penalized || !r.session.empty();
+    hold |= r.holds_steps;
   }
   report.schedule_s = std::chrono::duration<double>(Clock::now() - t0).count();
   report.sequences = static_cast<int>(kept.size());
   report.batch = &batch_;
   const auto tf = Clock::now();
   double sample_s = 0;
-  if (!opts_.overlap_steps) {
+  if (!opts_.overlap_steps)
     backend_->forward_and_sample(batch_, l.rows, sampled_.tokens, &sample_s);
-    for (Sequence* s : kept) s->fed = s->end;
-  } else {
+  else
     backend_->launch_and_sample(batch_, l.rows, l.snapshots);
-    for (Sequence* s : kept) {  // `ahead` is cleared when the launch in flight is collected
-      s->fed = s->end;
-      ++s->inflight;
-    }
-  }
   report.forward_s += std::chrono::duration<double>(Clock::now() - tf).count() - sample_s;
   report.sample_s += sample_s;
   report.mixer_seconds = &backend_->mixer_seconds();
@@ -432,14 +433,13 @@ void Engine::collect_inflight(StepReport& report) {
 }
 
 void Engine::collect(Launch& l, StepReport& report) {
-  const auto tc = Clock::now();
-  double sample_s = 0;
-  if (opts_.overlap_steps) {
+  if (opts_.overlap_steps) {  // the wait for the device counts as forward time
+    const auto tc = Clock::now();
     backend_->collect_sampled(sampled_);
-    sample_s = sampled_.sample_seconds;
+    report.forward_s +=
+        std::chrono::duration<double>(Clock::now() - tc).count() - sampled_.sample_seconds;
+    report.sample_s += sampled_.sample_seconds;
   }
-  report.forward_s += std::chrono::duration<double>(Clock::now() - tc).count() - sample_s;
-  report.sample_s += sample_s;
   const int64_t V = model_.config.vocab_size;
   size_t next = 0, snapshot = 0;  // l.rows[next]: the next row that sampled; l.snapshots[snapshot]
   for (size_t i = 0; i < l.seqs.size(); ++i) {

@@ -252,12 +252,10 @@ const std::vector<Sequence*>& Scheduler::fill_batch(ForwardBatch& batch) {
   for (Sequence* s : kept_) {
     if (s->done || !s->state.allocated()) continue;
     kept_[placed++] = s;
-    if (s->fed == s->total) {  // the token on its way from the launch in flight
-      const int32_t token = ForwardBatch::sampled_token(s->ahead);
-      batch.add_sequence(&token, 1, s->fed, s->state);
-    } else {
-      batch.add_sequence(s->tokens.data() + s->fed, s->end - s->fed, s->fed, s->state);
-    }
+    // One call (inlined: every request, every step); fed == total: the token on its way.
+    const int32_t on_its_way = ForwardBatch::sampled_token(s->ahead);
+    batch.add_sequence(s->fed == s->total ? &on_its_way : s->tokens.data() + s->fed,
+                       s->end - s->fed, s->fed, s->state);
   }
   kept_.resize(placed);
   return kept_;

@@ -381,8 +381,9 @@ TEST(Scheduler, OverlappedStepsSnapshotThePromptsState) {
     }
     for (size_t i = 0; i < params.size(); ++i) {
       EXPECT_EQ(got[i].tokens, alone(m, params[i]).tokens) << name << " request " << i;
-      if (i >= 3)
+      if (i >= 3) {
         EXPECT_EQ(got[i].usage.cached_tokens, 8) << name << " " << i << ": the prompt's snapshot";
+      }
     }
     EXPECT_GT(engine->stats().overlapped_steps, 10u) << name;
   }
