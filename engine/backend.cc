@@ -10,6 +10,9 @@ namespace mixserve {
 
 void Backend::forward_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
                                  std::vector<SampledToken>& tokens, double* sample_seconds) {
+  for (const SampleRow& r : rows)  // before the pass, which would change the states
+    if (r.pending_row >= static_cast<int64_t>(batch.tokens.size()))
+      throw std::out_of_range("forward_and_sample: pending row outside the batch");
   forward(batch, sample_logits_);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = config().vocab_size;
@@ -23,8 +26,10 @@ void Backend::forward_and_sample(const ForwardBatch& batch, const std::vector<Sa
                 [&](int64_t begin, int64_t end) {
                   for (int64_t i = begin; i < end; ++i) {
                     const SampleRow& r = rows[i];
-                    tokens[i] = sample_token(sample_logits_.data() + r.row * V, static_cast<int>(V),
-                                             *r.params, *r.history, r.step, r.want_logprob);
+                    const int32_t pending = r.pending_row >= 0 ? batch.tokens[r.pending_row] : -1;
+                    tokens[i] =
+                        sample_token(sample_logits_.data() + r.row * V, static_cast<int>(V),
+                                     *r.params, *r.history, r.step, r.want_logprob, pending);
                   }
                 });
   if (sample_seconds)

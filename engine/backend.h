@@ -58,6 +58,9 @@ struct SampleRow {
   const TokenHistory* history = nullptr;  // penalties' token counts (empty when untracked)
   uint64_t step = 0;
   bool want_logprob = false;  // the token's logprob even when params->logprobs == 0
+  // Overlapped steps: the batch row fed the token on its way from the launch before (its
+  // sequence's last row), which `history` does not count yet and the penalties must; −1: none.
+  int32_t pending_row = -1;
 };
 
 // What an overlapped step gives back (Backend::collect_sampled): a token for each row it sampled,

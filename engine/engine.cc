@@ -19,7 +19,7 @@ struct alignas(64) Engine::Live : Sequence {
   int32_t generated = 0;
   bool ignore_eos = false, return_logprob = false, want_logprobs = false, has_stop_ids = false;
   bool penalized = false;  // a penalty is on: history counts the tokens
-  // Its steps are not overlapped (overlap_steps; launch_step says why): penalties, a session.
+  // Its steps are not overlapped (overlap_steps; launch_step says why): a session's turn.
   bool holds_steps = false;
   OutputSink sink;
   std::unique_ptr<IncrementalDetokenizer> detok;
@@ -145,7 +145,7 @@ SubmitResult Engine::submit(GenerateParams params, OutputSink sink) {
   r->penalized =
       sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
   r->history.init(params.prompt, static_cast<int>(model_.config.vocab_size), r->penalized);
-  r->holds_steps = r->penalized || !r->session.empty();
+  r->holds_steps = !r->session.empty();
   if (model_.tokenizer)
     r->detok = std::make_unique<IncrementalDetokenizer>(*model_.tokenizer, params.prompt);
   r->stop = std::make_unique<StopMatcher>(params.stop);
@@ -363,8 +363,9 @@ void Engine::emit_token(Live& r, SampledToken&& sampled) {
 // are due. Without overlap_steps: the forward pass and sampling, then this step's tokens. With
 // it: the step is launched, then the tokens of the launch before (in flight since the last
 // step) are read while the device runs this one; this step stays in flight unless its tokens
-// are needed before the next launch: a request whose next row cannot be fed from the device
-// (penalties count the tokens on the host; a session's kept state must end at its last token).
+// are needed before the next launch: a session's turn (its kept state must end at its last
+// token, not cover a stop token queued after it). A penalised row fed the token on its way names
+// that row (SampleRow::pending_row): the backend's sampler counts the token the history lacks.
 // The logits of a prompt's last row that the prefix cache keeps come back with the tokens.
 void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t0,
                          StepReport& report) {
@@ -385,7 +386,8 @@ void Engine::launch_step(const std::vector<Sequence*>& kept, Clock::time_point t
     if (r.end < r.total) continue;  // a prompt chunk with more to come: nothing to sample
     // The RNG counter is the token's index: one more for a row fed a token not yet counted.
     l.rows.push_back({static_cast<int32_t>(i), &r.p.sampling, &r.history,
-                      static_cast<uint64_t>(r.generated + (ahead ? 1 : 0)), r.return_logprob});
+                      static_cast<uint64_t>(r.generated + (ahead ? 1 : 0)), r.return_logprob,
+                      ahead && r.penalized ? batch_.row_start[i + 1] - 1 : -1});
     if (!ahead && r.generated == 0 && opts_.cache_entries > 0 &&
         r.n_prompt >= opts_.cache_min_tokens && r.cached < r.n_prompt)
       l.snapshots.push_back(static_cast<int32_t>(i));

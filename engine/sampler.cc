@@ -194,16 +194,19 @@ double counter_uniform(uint64_t seed, uint64_t counter) {
 }
 
 SampledToken sample_token(const float* logits, int vocab, const SamplingParams& p,
-                          const TokenHistory& history, uint64_t step, bool want_logprob) {
+                          const TokenHistory& history, uint64_t step, bool want_logprob,
+                          int32_t pending) {
   SampledToken out;
   // Scratch reused across calls on this thread: a decode step samples every running request.
   thread_local std::vector<double> z, prob;
   thread_local std::vector<int32_t> ids;
   const float* raw = logits;
+  // A pending token counts where add_output would count it: in a tracked history, in range.
+  if (pending >= static_cast<int32_t>(history.seen.size())) pending = -1;
   // Which penalties change a logit (presence/frequency only once something was generated).
   const bool repetition = p.repetition_penalty != 1.0f && !history.seen.empty();
-  const bool presence =
-      (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && !history.output_tokens.empty();
+  const bool presence = (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) &&
+                        (!history.output_tokens.empty() || pending >= 0);
   const bool suppress =
       step < static_cast<uint64_t>(std::max(p.min_tokens, 0)) && !p.suppressed.empty();
   int32_t chosen;
@@ -218,11 +221,14 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
   z.assign(logits, logits + vocab);
   if (repetition)
     for (int i = 0; i < vocab; ++i)
-      if (history.seen[i])
+      if (history.seen[i] || i == pending)
         z[i] = z[i] > 0 ? z[i] / p.repetition_penalty : z[i] * p.repetition_penalty;
-  if (presence)
+  if (presence) {
     for (int32_t tok : history.output_tokens)
-      if (tok < vocab) z[tok] -= penalty_amount(p, history.output_counts[tok]);
+      if (tok < vocab) z[tok] -= penalty_amount(p, history.output_counts[tok] + (tok == pending));
+    if (pending >= 0 && pending < vocab && history.output_counts[pending] == 0)
+      z[pending] -= penalty_amount(p, 1);
+  }
   if (suppress)
     for (int32_t tok : p.suppressed)
       if (tok >= 0 && tok < vocab) z[tok] = -std::numeric_limits<double>::infinity();

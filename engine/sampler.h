@@ -64,7 +64,11 @@ double counter_uniform(uint64_t seed, uint64_t counter);
 
 // Samples from logits[vocab] (not modified). step is the index of the generated token. The
 // token's logprob (and `top`) are computed only when asked for (want_logprob or params.logprobs).
+// pending (≥ 0): a generated token `history` does not count yet — with overlapped steps, the one
+// on its way from the step before — which the penalties count as if history.add_output(pending)
+// had run (nothing, as there, when the history is untracked).
 SampledToken sample_token(const float* logits, int vocab, const SamplingParams& params,
-                          const TokenHistory& history, uint64_t step, bool want_logprob = true);
+                          const TokenHistory& history, uint64_t step, bool want_logprob = true,
+                          int32_t pending = -1);
 
 }  // namespace mixserve

@@ -293,6 +293,7 @@ int CudaBackend::Impl::enqueue(const ForwardBatch& b, bool fed) {
     run(at);
   CUDA_CHECK(cudaEventRecord(step_end, stream));
   last_logit_rows = out_real;
+  batch_tokens = step->batch(at).tokens;
   return out_real;
 }
 

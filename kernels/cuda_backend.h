@@ -152,10 +152,11 @@ CudaWeightType parse_cuda_weight_type(const std::string& name);
 std::string cuda_weight_type_name(CudaWeightType type);
 // The device sampler on its own (tests, benchmarks): uploads logits [rows, vocab] and samples
 // rows[i] (SampleRow::row indexes the uploaded rows) as CudaBackend's device_sampling does
-// (with sample_candidates when `candidates`).
+// (with sample_candidates when `candidates`); a row's pending_row indexes batch_tokens.
 std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
                                              const std::vector<SampleRow>& rows,
-                                             bool candidates = false);
+                                             bool candidates = false,
+                                             const std::vector<int32_t>& batch_tokens = {});
 
 class CudaBackend : public Backend {
  public:

@@ -6,6 +6,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/model_config.h"
@@ -80,6 +82,22 @@ struct CudaBackend::Impl {
   int chain_cluster = 8;        // blocks of a GEMM chain's cluster (MIXSERVE_CUDA_CHAIN_CLUSTER)
   DeviceSampler sampler;
   int last_logit_rows = 0;  // rows of `logits` the last forward pass wrote for the engine
+  // The last pass's tokens on the device (its rows fed a sampled token hold it once the
+  // embedding has run), where the sampler reads a row's pending token (SampleRow::pending_row).
+  const int32_t* batch_tokens = nullptr;
+  // Refuses a pending row outside batch `b` (before its pass is queued).
+  static void check_pending_rows(const ForwardBatch& b, const std::vector<SampleRow>& rows,
+                                 const char* what) {
+    for (const SampleRow& r : rows)
+      if (r.pending_row >= static_cast<int64_t>(b.tokens.size()))
+        throw std::out_of_range(std::string(what) + ": pending row outside the batch");
+  }
+  // Refuses a sampled row outside the last pass's logits.
+  void check_sample_rows(const std::vector<SampleRow>& rows, const char* what) const {
+    for (const SampleRow& r : rows)
+      if (r.row < 0 || r.row >= last_logit_rows)
+        throw std::out_of_range(std::string(what) + ": row outside the forward pass's logits");
+  }
   // Overlapped steps (launch_and_sample): the tokens the last launch sampled, where the next
   // pass's embedding reads a row fed one (embed_params.fed, so graphs capture it: it moves only
   // when it grows, and then graphs are recaptured); how many; the launches not yet collected,

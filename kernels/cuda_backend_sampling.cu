@@ -27,13 +27,12 @@ void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<Sa
                                      std::vector<SampledToken>& tokens, double* sample_seconds) {
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::forward_and_sample(b, rows, tokens, sample_seconds);
+  Impl::check_pending_rows(b, rows, "forward_and_sample");
   m.enqueue(b);
-  for (const SampleRow& r : rows)
-    if (r.row < 0 || r.row >= m.last_logit_rows)
-      throw std::out_of_range("forward_and_sample: row outside the forward pass's logits");
+  m.check_sample_rows(rows, "forward_and_sample");
   const auto t0 = std::chrono::steady_clock::now();
-  const int launch =
-      m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size), rows);
+  const int launch = m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size),
+                                      rows, nullptr, m.batch_tokens);
   CUDA_CHECK(cudaEventRecord(m.sample_end, m.stream));
   const double host_launch =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -68,17 +67,16 @@ void CudaBackend::launch_and_sample(const ForwardBatch& b, const std::vector<Sam
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::launch_and_sample(b, rows, keep_logits);
   m.reserve_fed_tokens(static_cast<int>(rows.size()));
+  Impl::check_pending_rows(b, rows, "launch_and_sample");
   m.enqueue(b, true);
-  for (const SampleRow& r : rows)
-    if (r.row < 0 || r.row >= m.last_logit_rows)
-      throw std::out_of_range("launch_and_sample: row outside the forward pass's logits");
+  m.check_sample_rows(rows, "launch_and_sample");
   for (int32_t row : keep_logits)
     if (row < 0 || row >= m.last_logit_rows)
       throw std::out_of_range("launch_and_sample: kept row outside the forward pass's logits");
   const int64_t V = m.cfg.vocab_size;
   Impl::Launch l;
-  l.sampler_launch =
-      m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(V), rows, m.fed_tokens.get());
+  l.sampler_launch = m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(V), rows,
+                                      m.fed_tokens.get(), m.batch_tokens);
   l.rows = rows;
   l.kept = static_cast<int>(keep_logits.size());
   // The kept rows into this launch's pinned buffer, queued before any later pass rewrites them.
@@ -126,7 +124,8 @@ void CudaBackend::logits_row(int32_t row, float* host) const {
 }
 
 std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, int vocab,
-                                             const std::vector<SampleRow>& rows, bool candidates) {
+                                             const std::vector<SampleRow>& rows, bool candidates,
+                                             const std::vector<int32_t>& batch_tokens) {
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<SampledToken> tokens;
@@ -134,12 +133,20 @@ std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, i
     DeviceBuffer<float> dev(logits.size());
     CUDA_CHECK(cudaMemcpyAsync(dev.get(), logits.data(), sizeof(float) * logits.size(),
                                cudaMemcpyHostToDevice, stream));
-    for (const SampleRow& r : rows)
+    for (const SampleRow& r : rows) {
       if (r.row < 0 || static_cast<size_t>(r.row + 1) * vocab > logits.size())
         throw std::out_of_range("cuda_sample_logits: row outside the logits");
+      if (r.pending_row >= static_cast<int64_t>(batch_tokens.size()))
+        throw std::out_of_range("cuda_sample_logits: pending row outside the batch's tokens");
+    }
+    DeviceBuffer<int32_t> batch_dev(std::max<size_t>(1, batch_tokens.size()));
+    if (!batch_tokens.empty())
+      CUDA_CHECK(cudaMemcpyAsync(batch_dev.get(), batch_tokens.data(),
+                                 sizeof(int32_t) * batch_tokens.size(), cudaMemcpyHostToDevice,
+                                 stream));
     DeviceSampler sampler;
     sampler.use_candidates(candidates);
-    const int launch = sampler.launch(stream, dev.get(), vocab, rows);
+    const int launch = sampler.launch(stream, dev.get(), vocab, rows, nullptr, batch_dev.get());
     CUDA_CHECK(cudaStreamSynchronize(stream));
     sampler.collect(launch, rows, tokens);
   } catch (...) {

@@ -17,11 +17,18 @@ __global__ void embed_kernel(DevBatch b, int d, EmbedParams p, float* x) {
   const int r = blockIdx.x;
   const int pos = b.row_pos[r];
   int tok = b.tokens[r];
-  if (tok < 0) tok = p.fed[-1 - tok];  // sampled by the step before, on the device
+  const bool fed = tok < 0;
+  if (fed) tok = p.fed[-1 - tok];  // sampled by the step before, on the device
   float* xr = x + static_cast<int64_t>(r) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x)
     xr[i] = fmaf(p.scale, p.table[static_cast<int64_t>(tok) * d + i],
                  p.pos ? p.pos[static_cast<int64_t>(pos) * d + i] : 0.0f);
+  if (fed) {  // the same for the whole block
+    // The step's own copy of its tokens gets the token it was fed, where the sampler's penalties
+    // read it (SampleRow::pending_row), once every thread has read the row's entry.
+    __syncthreads();
+    if (threadIdx.x == 0) const_cast<int32_t*>(b.tokens)[r] = tok;
+  }
   if (p.norm.w) {
     __shared__ double red[32];
     __syncthreads();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <stdexcept>
 
 #include "engine/sampling_candidates.h"
 #include "kernels/sampling.cuh"
@@ -151,8 +152,8 @@ __device__ void bitonic_sort(double* key, int* id, int n) {
 
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* logits, int V, int Vpad, const DevSampleRow* rows,
-                  const int32_t* lists, double* z_ws, double* key_ws, int32_t* id_ws, int n_rows,
-                  int32_t* out, int32_t* next_tokens, bool candidates) {
+                  const int32_t* lists, const int32_t* batch_tokens, double* z_ws, double* key_ws,
+                  int32_t* id_ws, int n_rows, int32_t* out, int32_t* next_tokens, bool candidates) {
   kernel_prologue();
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ Shared sh;
@@ -166,22 +167,36 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, nt = blockDim.x;
 
   // Penalties, as the host: repetition over every seen token, then presence + frequency over
-  // the generated ones (each list holds distinct tokens, so no two threads write one entry).
+  // the generated ones (each list holds distinct tokens, so no two threads write one entry). A
+  // pending token (the one on its way when the host packed the lists) counts once more: thread 0
+  // applies its repetition (the list's entry for it is skipped), and its listed count plus one
+  // (the triple's third entry) or, not listed, penalty_amount(params, 1).
   for (int i = tid; i < V; i += nt) z[i] = static_cast<double>(raw[i]);
+  const int pending = P.pending_row >= 0 ? batch_tokens[P.pending_row] : -1;
   __syncthreads();
-  if (P.repetition != 1.0f)
+  auto repeat = [&](int t) {
+    z[t] = z[t] > 0 ? z[t] / static_cast<double>(P.repetition)
+                    : z[t] * static_cast<double>(P.repetition);
+  };
+  if (P.repetition != 1.0f) {
     for (int j = P.seen_begin + tid; j < P.seen_end; j += nt) {
       const int t = lists[j];
-      if (t < 0 || t >= V) continue;
-      z[t] = z[t] > 0 ? z[t] / static_cast<double>(P.repetition)
-                      : z[t] * static_cast<double>(P.repetition);
+      if (t >= 0 && t < V && t != pending) repeat(t);
     }
+    if (tid == 0 && pending >= 0 && pending < V) repeat(pending);
+  }
   __syncthreads();
-  for (int j = P.pen_begin + 2 * tid; j < P.pen_end; j += 2 * nt) {
+  const int stride = pending >= 0 ? 3 : 2;
+  int listed = 0;
+  for (int j = P.pen_begin + stride * tid; j < P.pen_end; j += stride * nt) {
     const int t = lists[j];
     if (t < 0 || t >= V) continue;
-    z[t] -= static_cast<double>(__int_as_float(lists[j + 1]));
+    listed |= t == pending;
+    z[t] -= static_cast<double>(__int_as_float(lists[j + 1 + (t == pending)]));
   }
+  if (__syncthreads_or(listed) == 0 && tid == 0 && P.pending_presence && pending >= 0 &&
+      pending < V)
+    z[pending] -= static_cast<double>(P.pending_amount);
   __syncthreads();
   for (int j = P.sup_begin + tid; j < P.sup_end; j += nt) {  // min_tokens, as the host
     const int t = lists[j];
@@ -335,7 +350,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
-                          const std::vector<SampleRow>& rows, int32_t* next_tokens) {
+                          const std::vector<SampleRow>& rows, int32_t* next_tokens,
+                          const int32_t* batch_tokens) {
   const int n = static_cast<int>(rows.size());
   const int number = launches_++;
   HostSlot& slot = slots_[number % 2];
@@ -363,6 +379,13 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
     d.seed = p.seed;
     d.step = r.step;
     logprobs |= d.want_logprob != 0;
+    // A pending token counts where the history would count it: a tracked one (a penalised row).
+    const bool pending = r.pending_row >= 0 && !h.seen.empty();
+    if (pending) {
+      if (!batch_tokens)
+        throw std::invalid_argument("DeviceSampler: a pending row without the batch's tokens");
+      d.pending_row = r.pending_row;
+    }
     d.seen_begin = d.seen_end = static_cast<int32_t>(lists.size());
     if (p.repetition_penalty != 1.0f && !h.seen.empty()) {
       for (int t = 0; t < static_cast<int>(h.seen.size()) && t < V; ++t)
@@ -371,15 +394,21 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
     }
     d.pen_begin = d.pen_end = static_cast<int32_t>(lists.size());
     if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-      for (int32_t tok : h.output_tokens) {
-        if (tok >= V) continue;
-        const float amount = penalty_amount(p, h.output_counts[tok]);
+      auto amount_bits = [&](int32_t count) {
+        const float amount = penalty_amount(p, count);
         int32_t bits;
         std::memcpy(&bits, &amount, sizeof bits);
+        return bits;
+      };
+      for (int32_t tok : h.output_tokens) {
+        if (tok >= V) continue;
         lists.push_back(tok);
-        lists.push_back(bits);
+        lists.push_back(amount_bits(h.output_counts[tok]));
+        if (pending) lists.push_back(amount_bits(h.output_counts[tok] + 1));
       }
       d.pen_end = static_cast<int32_t>(lists.size());
+      d.pending_presence = pending;
+      d.pending_amount = penalty_amount(p, 1);
     }
     d.sup_begin = d.sup_end = static_cast<int32_t>(lists.size());
     if (r.step < static_cast<uint64_t>(std::max(p.min_tokens, 0))) {
@@ -419,8 +448,8 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
   const auto* dev_rows = reinterpret_cast<const DevSampleRow*>(in_dev_.get());
   const auto* dev_lists = reinterpret_cast<const int32_t*>(in_dev_.get() + row_bytes);
   launch_kernel(sample_kernel, n, kThreads, dyn, stream, logits, V, Vpad, dev_rows, dev_lists,
-                z_.get(), in_shared ? nullptr : keys_.get(), in_shared ? nullptr : ids_.get(), n,
-                out_dev_.get(), next_tokens, candidates_);
+                batch_tokens, z_.get(), in_shared ? nullptr : keys_.get(),
+                in_shared ? nullptr : ids_.get(), n, out_dev_.get(), next_tokens, candidates_);
   // Only the tokens come back unless a row asked for logprobs.
   CUDA_CHECK(cudaMemcpyAsync(slot.out.get(), out_dev_.get(),
                              sizeof(int32_t) * (logprobs ? out_ints : n), cudaMemcpyDeviceToHost,

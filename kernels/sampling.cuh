@@ -28,8 +28,15 @@ struct DevSampleRow {
   int32_t n_top = 0;                     // top logprobs to report
   int32_t want_logprob = 0;              // the token's logprob (also when n_top > 0)
   int32_t seen_begin = 0, seen_end = 0;  // repetition: token ids in lists[seen_begin, seen_end)
-  int32_t pen_begin = 0, pen_end = 0;    // presence/frequency: (token, float bits) pairs
-  int32_t sup_begin = 0, sup_end = 0;    // min_tokens: token ids that cannot be sampled
+  // presence/frequency: (token, float bits) pairs; with a pending token (token, bits for its
+  // count, bits for one more) triples
+  int32_t pen_begin = 0, pen_end = 0;
+  int32_t sup_begin = 0, sup_end = 0;  // min_tokens: token ids that cannot be sampled
+  // Overlapped steps: the batch row whose token (read from the step's own tokens, where the
+  // embedding wrote what it was fed) counts as generated besides the lists; −1 none.
+  int32_t pending_row = -1;
+  int32_t pending_presence = 0;  // presence/frequency on: a pending token not listed gets
+  float pending_amount = 0;      // penalty_amount(params, 1)
   uint64_t seed = 0, step = 0;
 };
 
@@ -39,10 +46,12 @@ class DeviceSampler {
   // the results into pinned host memory, and returns without waiting; the launch's number for
   // collect. next_tokens (device memory, when set): the tokens written there too, row i's at i —
   // where the next step's embedding reads a row fed a sampled token (overlapped steps).
+  // batch_tokens (device memory): the pass's tokens, where a row's pending_row is read (needed
+  // when a penalised row has one).
   // Launches alternate between two sets of pinned buffers, so one may be queued while the one
   // before is still to be copied or collected (never more than two outstanding).
   int launch(cudaStream_t stream, const float* logits, int V, const std::vector<SampleRow>& rows,
-             int32_t* next_tokens = nullptr);
+             int32_t* next_tokens = nullptr, const int32_t* batch_tokens = nullptr);
   // Sort only the candidates above a threshold for top-k/top-p (sampling_candidates.h).
   void use_candidates(bool on) { candidates_ = on; }
   bool candidates() const { return candidates_; }

@@ -80,9 +80,12 @@ struct Case {
   int row = 0;
   uint64_t step = 0;
   bool want_logprob = false;
+  int32_t pending = -1;  // a generated token the history lacks (overlapped steps); −1 none
 };
 
-std::vector<Case> make_cases(int rows, int V, int seeds, std::mt19937& rng) {
+// pending: most cases get a pending token — one generated before, one only in the prompt, a new
+// one, one past the vocabulary.
+std::vector<Case> make_cases(int rows, int V, int seeds, std::mt19937& rng, bool pending = false) {
   std::vector<Case> cases;
   const auto sets = param_sets();
   for (int s = 0; s < seeds; ++s)
@@ -101,30 +104,46 @@ std::vector<Case> make_cases(int rows, int V, int seeds, std::mt19937& rng) {
       c.history.init(prompt, V, track);
       for (int i = 0; i < 12; ++i)
         c.history.add_output(prompt[i % 5] + (i % 3));  // repeats, for the counts
+      if (pending) {
+        const int32_t choices[] = {prompt[1], prompt[19], static_cast<int32_t>((s * 31 + p) % V),
+                                   V + 3};
+        if ((s + p) % 5 != 4) c.pending = choices[(s + p) % 5];
+      }
       cases.push_back(std::move(c));
     }
   return cases;
 }
 
-std::vector<SampleRow> rows_of(const std::vector<Case>& cases) {
+// The rows, and (for pending tokens) the batch tokens they name: case i's at row i.
+std::vector<SampleRow> rows_of(const std::vector<Case>& cases,
+                               std::vector<int32_t>* batch_tokens = nullptr) {
   std::vector<SampleRow> rows;
-  for (const Case& c : cases)
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
     rows.push_back({c.row, &c.params, &c.history, c.step, c.want_logprob});
+    if (c.pending >= 0) rows.back().pending_row = static_cast<int32_t>(i);
+    if (batch_tokens) batch_tokens->push_back(c.pending);
+  }
   return rows;
 }
 
 // candidates: the sampler sorts only the tokens above its threshold (sample_candidates).
-void expect_same_as_host(int V, int rows, int seeds, bool candidates = false) {
+// pending: rows with a pending token (make_cases), sampled as the host samples them.
+void expect_same_as_host(int V, int rows, int seeds, bool candidates = false,
+                         bool pending = false) {
   std::mt19937 rng(V);
   const std::vector<float> logits = make_logits(rows, V, rng);
-  const std::vector<Case> cases = make_cases(rows, V, seeds, rng);
-  const std::vector<SampledToken> got = cuda_sample_logits(logits, V, rows_of(cases), candidates);
+  const std::vector<Case> cases = make_cases(rows, V, seeds, rng, pending);
+  std::vector<int32_t> batch_tokens;
+  const std::vector<SampleRow> sample_rows = rows_of(cases, &batch_tokens);
+  const std::vector<SampledToken> got =
+      cuda_sample_logits(logits, V, sample_rows, candidates, batch_tokens);
   ASSERT_EQ(got.size(), cases.size());
   int sampled = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const SampledToken want = sample_token(&logits[static_cast<size_t>(c.row) * V], V, c.params,
-                                           c.history, c.step, c.want_logprob);
+                                           c.history, c.step, c.want_logprob, c.pending);
     const std::string what =
         std::string(candidates ? "candidates, " : "") + "V=" + std::to_string(V) + " case " +
         std::to_string(i) + " (T=" + std::to_string(c.params.temperature) +
@@ -149,6 +168,18 @@ TEST(CudaSampling, SameTokensAsTheHostSampler) {
   expect_same_as_host(5000, 9, 40);
   expect_same_as_host(7, 3, 20);
   expect_same_as_host(50257, 6, 3);
+}
+
+// Overlapped steps: a row's pending token (read from the pass's tokens on the device) counts in
+// its penalties as the host's history counts it after add_output — generated before, only in the
+// prompt, new, past the vocabulary; with and without sampling candidates.
+TEST(CudaSampling, APendingTokenCountsAsTheHostsHistoryWould) {
+  SKIP_WITHOUT_GPU();
+  for (bool candidates : {false, true}) {
+    expect_same_as_host(5000, 9, 40, candidates, true);
+    expect_same_as_host(7, 3, 20, candidates, true);
+  }
+  expect_same_as_host(50257, 6, 3, false, true);
 }
 
 // Each row sampled alone gives the bits it gives among all the others.

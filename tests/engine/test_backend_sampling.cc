@@ -157,38 +157,47 @@ TEST(BackendSampling, EngineEmitsTheBackendsTokensAndFetchesRowsOnlyForSnapshots
   EXPECT_EQ(generate(overridden, p), std::vector<int32_t>(5, 3));
 }
 
+// Two twin backends of the rwkv fixture, a sequence admitted in each and a 5-token prompt: `a`
+// runs the launch pair, `b` the same steps through forward_and_sample.
+struct TwinBackends {
+  Fixture fx = load_fixture("rwkv");
+  std::unique_ptr<Backend> a = fixture_cpu_backend(fx, 1, 16 << 20),
+                           b = fixture_cpu_backend(fx, 1, 16 << 20);
+  Runner ra{*a}, rb{*b};
+  const int V = static_cast<int>(fx.cfg.vocab_size);
+  SequenceState sa, sb;
+  const std::vector<int32_t> prompt{fx.tokens.begin(), fx.tokens.begin() + 5};
+  TwinBackends() {
+    EXPECT_TRUE(ra.alloc.admit(sa, 16));
+    EXPECT_TRUE(rb.alloc.admit(sb, 16));
+  }
+};
+
 // Backend's default launch_and_sample / collect_sampled (overlapped steps): a row fed the token the
 // last launch sampled (ForwardBatch::sampled_token) runs as if the host had fed it, the kept
 // logits rows are logits_row's, launches are collected oldest first, and what cannot be served
 // is refused with a clear error: a sampled token the last launch does not have, a collect with
 // nothing launched.
 TEST(BackendSampling, DefaultLaunchesFeedTheLastLaunchsTokensAndRefuseWhatItDoesNotHave) {
-  Fixture fx = load_fixture("rwkv");
-  auto a = fixture_cpu_backend(fx, 1, 16 << 20), b = fixture_cpu_backend(fx, 1, 16 << 20);
-  Runner ra(*a), rb(*b);
-  const int V = static_cast<int>(fx.cfg.vocab_size);
-  SequenceState sa, sb;
-  ASSERT_TRUE(ra.alloc.admit(sa, 16));
-  ASSERT_TRUE(rb.alloc.admit(sb, 16));
-  const std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + 5);
+  TwinBackends t;
   SamplingParams greedy;
   greedy.temperature = 0;
   TokenHistory h;
-  h.init(prompt, V, false);
+  h.init(t.prompt, t.V, false);
   const std::vector<SampleRow> rows = {{0, &greedy, &h, 0, false}};
 
   SampledStep step;
-  EXPECT_THROW(a->collect_sampled(step), std::logic_error) << "nothing launched";
+  EXPECT_THROW(t.a->collect_sampled(step), std::logic_error) << "nothing launched";
   ForwardBatch first;
-  first.add_sequence(prompt.data(), static_cast<int>(prompt.size()), 0, sa);
-  a->launch_and_sample(first, rows, {0});
+  first.add_sequence(t.prompt.data(), static_cast<int>(t.prompt.size()), 0, t.sa);
+  t.a->launch_and_sample(first, rows, {0});
   const int32_t fed = ForwardBatch::sampled_token(0);
   ForwardBatch second;
-  second.add_sequence(&fed, 1, static_cast<int>(prompt.size()), sa);
-  a->launch_and_sample(second, rows);  // queued before the first launch's token is read
+  second.add_sequence(&fed, 1, static_cast<int>(t.prompt.size()), t.sa);
+  t.a->launch_and_sample(second, rows);  // queued before the first launch's token is read
   SampledStep one, two;
-  a->collect_sampled(one);
-  a->collect_sampled(two);
+  t.a->collect_sampled(one);
+  t.a->collect_sampled(two);
   ASSERT_EQ(one.tokens.size(), 1u);
   ASSERT_EQ(two.tokens.size(), 1u);
   EXPECT_TRUE(two.kept_logits.empty());
@@ -196,29 +205,79 @@ TEST(BackendSampling, DefaultLaunchesFeedTheLastLaunchsTokensAndRefuseWhatItDoes
   // The same two steps with the token fed from the host.
   std::vector<SampledToken> want;
   ForwardBatch host_first;
-  host_first.add_sequence(prompt.data(), static_cast<int>(prompt.size()), 0, sb);
-  b->forward_and_sample(host_first, rows, want);
+  host_first.add_sequence(t.prompt.data(), static_cast<int>(t.prompt.size()), 0, t.sb);
+  t.b->forward_and_sample(host_first, rows, want);
   EXPECT_EQ(one.tokens[0].token, want[0].token);
-  std::vector<float> logits(V);
-  b->logits_row(0, logits.data());
-  ASSERT_EQ(one.kept_logits.size(), static_cast<size_t>(V));
-  EXPECT_EQ(std::memcmp(one.kept_logits.data(), logits.data(), V * sizeof(float)), 0);
+  std::vector<float> logits(t.V);
+  t.b->logits_row(0, logits.data());
+  ASSERT_EQ(one.kept_logits.size(), static_cast<size_t>(t.V));
+  EXPECT_EQ(std::memcmp(one.kept_logits.data(), logits.data(), t.V * sizeof(float)), 0);
   ForwardBatch host_second;
-  host_second.add_sequence(&want[0].token, 1, static_cast<int>(prompt.size()), sb);
-  b->forward_and_sample(host_second, rows, want);
+  host_second.add_sequence(&want[0].token, 1, static_cast<int>(t.prompt.size()), t.sb);
+  t.b->forward_and_sample(host_second, rows, want);
   EXPECT_EQ(two.tokens[0].token, want[0].token);
 
   // The last launch sampled one row: its row 1 does not exist.
   const int32_t missing = ForwardBatch::sampled_token(1);
   ForwardBatch third;
-  third.add_sequence(&missing, 1, static_cast<int>(prompt.size()) + 1, sa);
+  third.add_sequence(&missing, 1, static_cast<int>(t.prompt.size()) + 1, t.sa);
   try {
-    a->launch_and_sample(third, rows);
+    t.a->launch_and_sample(third, rows);
     ADD_FAILURE() << "a sampled token the last launch does not have was accepted";
   } catch (const std::out_of_range& e) {
     EXPECT_NE(std::string(e.what()).find("no sampled token 1"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(a->collect_sampled(step), std::logic_error) << "the refused launch queued nothing";
+  EXPECT_THROW(t.a->collect_sampled(step), std::logic_error) << "the refused launch queued nothing";
+}
+
+// A penalised row fed the last launch's token names it (SampleRow::pending_row): its penalties
+// count that token, which its history does not have yet, as the host path counts it once the
+// history has it; a pending row outside the batch is refused.
+TEST(BackendSampling, DefaultLaunchesCountAPendingRowsTokenInThePenalties) {
+  TwinBackends t;
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 1.5f;
+  p.presence_penalty = 1.0f;
+  p.frequency_penalty = 0.5f;
+  TokenHistory h;
+  h.init(t.prompt, t.V);
+  ForwardBatch first;
+  first.add_sequence(t.prompt.data(), static_cast<int>(t.prompt.size()), 0, t.sa);
+  t.a->launch_and_sample(first, {{0, &p, &h, 0, false}});
+  const int32_t fed = ForwardBatch::sampled_token(0);
+  ForwardBatch second;
+  second.add_sequence(&fed, 1, static_cast<int>(t.prompt.size()), t.sa);
+  SampleRow pending{0, &p, &h, 1, true};
+  pending.pending_row = 0;
+  t.a->launch_and_sample(second, {pending});  // h still lacks the first token
+  SampledStep one, two;
+  t.a->collect_sampled(one);
+  t.a->collect_sampled(two);
+
+  std::vector<SampledToken> want;
+  ForwardBatch host_first;
+  host_first.add_sequence(t.prompt.data(), static_cast<int>(t.prompt.size()), 0, t.sb);
+  TokenHistory hb;
+  hb.init(t.prompt, t.V);
+  t.b->forward_and_sample(host_first, {{0, &p, &hb, 0, false}}, want);
+  ASSERT_EQ(one.tokens[0].token, want[0].token);
+  hb.add_output(want[0].token);
+  ForwardBatch host_second;
+  host_second.add_sequence(&want[0].token, 1, static_cast<int>(t.prompt.size()), t.sb);
+  t.b->forward_and_sample(host_second, {{0, &p, &hb, 1, true}}, want);
+  EXPECT_EQ(two.tokens[0].token, want[0].token);
+  EXPECT_EQ(two.tokens[0].logprob, want[0].logprob);
+
+  pending.pending_row = 1;  // the batch has one row
+  ForwardBatch third;
+  third.add_sequence(&want[0].token, 1, static_cast<int>(t.prompt.size()) + 1, t.sb);
+  try {
+    t.b->forward_and_sample(third, {pending}, want);
+    ADD_FAILURE() << "a pending row outside the batch was accepted";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("pending row"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

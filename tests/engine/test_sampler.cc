@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <set>
@@ -236,6 +237,60 @@ int32_t token_by_full_sort(const std::vector<float>& z, const SamplingParams& p,
   for (int32_t i : ids)
     if (u < (acc += prob[i])) return i;
   return ids.back();
+}
+
+// Overlapped steps sample a row before its last token is in the history: a pending token counts
+// exactly as if add_output had run — one more for a generated token, a first count for one only
+// in the prompt or not seen at all — and not at all in an untracked history or past the
+// vocabulary (add_output ignores those too). Greedy and sampled, every penalty alone and together.
+TEST(Sampler, APendingTokenCountsAsIfTheHistoryHadIt) {
+  std::mt19937 rng(17);
+  const int V = 40;
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  int cases = 0, changed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<float> z(V);
+    for (float& x : z) x = normal(rng);
+    SamplingParams p;
+    p.temperature = trial % 3 == 0 ? 0.0f : 0.8f;
+    p.top_k = trial % 5 == 0 ? 8 : 0;
+    p.logprobs = trial % 4;
+    p.seed = static_cast<uint64_t>(trial);
+    const int which = trial % 4;  // repetition, presence, frequency, all three
+    if (which == 0 || which == 3) p.repetition_penalty = 1.8f;
+    if (which == 1 || which == 3) p.presence_penalty = 1.1f;
+    if (which == 2 || which == 3) p.frequency_penalty = 0.7f;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 6; ++i) prompt.push_back(static_cast<int32_t>(rng() % 12));
+    const bool track = trial % 7 != 6;  // an untracked history ignores the pending token
+    const int32_t best = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+    TokenHistory h;
+    h.init(prompt, V, track);
+    if (trial % 2 == 0) h.add_output(best);  // so that its count, one more or not, decides
+    for (int i = 0, n = static_cast<int>(rng() % 6); i < n; ++i)
+      h.add_output(static_cast<int32_t>(rng() % 20));
+    // Generated before, only in the prompt, never seen, the greedy choice, past the vocabulary.
+    std::vector<int32_t> pendings = {h.output_tokens.empty() ? 3 : h.output_tokens[0], prompt[0],
+                                     V - 1, best, V + 5};
+    for (int32_t pending : pendings) {
+      TokenHistory with = h;
+      with.add_output(pending);
+      const uint64_t step = static_cast<uint64_t>(trial) * 11;
+      const SampledToken want = sample_token(z.data(), V, p, with, step);
+      const SampledToken got = sample_token(z.data(), V, p, h, step, true, pending);
+      const std::string what =
+          "trial " + std::to_string(trial) + " pending " + std::to_string(pending);
+      ASSERT_EQ(got.token, want.token) << what;
+      EXPECT_EQ(got.logprob, want.logprob) << what;
+      ASSERT_EQ(got.top.size(), want.top.size()) << what;
+      for (size_t i = 0; i < want.top.size(); ++i) EXPECT_EQ(got.top[i], want.top[i]) << what;
+      ++cases;
+      changed += sample_token(z.data(), V, p, h, step).token != want.token;
+    }
+  }
+  EXPECT_EQ(cases, 1500);
+  EXPECT_GT(changed, 100);  // the pending token matters: not counting it gives other tokens
+  std::printf("%d of %d cases sample another token without the pending one\n", changed, cases);
 }
 
 TEST(Sampler, SameTokensAsAFullSortOfTheVocabulary) {

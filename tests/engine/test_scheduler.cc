@@ -152,8 +152,11 @@ void randomized_schedules(bool overlap) {
           for (int i = uniform(1, 3); i > 0; --i) p.stop_token_ids.push_back(uniform(0, V - 1));
         p.sampling.temperature = uniform(0, 3) == 0 ? 0.0f : 0.9f;
         p.sampling.top_k = uniform(0, 1) ? 0 : 20;
-        if (uniform(0, overlap ? 49 : 9) == 0)  // penalties hold overlapped steps too
-          p.sampling.repetition_penalty = 1.3f;
+        if (uniform(0, 9) == 0) {  // overlapped: the sampler counts the token on its way
+          p.sampling.repetition_penalty = uniform(0, 1) ? 1.3f : 1.0f;
+          p.sampling.presence_penalty = uniform(0, 1) ? 0.6f : 0.0f;
+          p.sampling.frequency_penalty = uniform(0, 2) ? 0.4f : 0.0f;
+        }
         if (uniform(0, 19) == 0)
           p.deadline = Clock::now() - std::chrono::milliseconds(1);  // expired
         else if (uniform(0, 19) == 0)
@@ -216,7 +219,7 @@ void randomized_schedules(bool overlap) {
   EXPECT_GT(preemptions, 0u) << "the pool was small enough to force preemption";
   EXPECT_GT(hits, 0u) << "repeated prompts hit the prefix cache";
   EXPECT_GT(cut_short, 0);
-  if (overlap)  // sessions' turns and penalised requests hold the rest
+  if (overlap)  // sessions' turns hold the rest
     EXPECT_GT(overlapped * 2, steps) << "most steps were queued behind one in flight";
   else
     EXPECT_EQ(overlapped, 0u);
@@ -236,7 +239,7 @@ TEST(Scheduler, RandomizedOverlappedStepsGiveEveryRequestItsSoloTokens) {
   randomized_schedules(true);
 }
 
-// Overlapped steps with nothing that holds them (no session, no penalty, no prompt snapshot):
+// Overlapped steps with nothing that holds them (no session, no prompt snapshot):
 // nearly every step is queued behind the one in flight; every request gives its solo tokens, also
 // when it is cancelled while a row of it is in flight or ends on a stop token its state already
 // took (the row queued ahead fed it). That state is kept in the prefix cache under the tokens it

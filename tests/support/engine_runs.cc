@@ -76,10 +76,11 @@ void expect_overlapped_steps_give_the_same_tokens(
       reqs[i].ignore_eos = true;
       reqs[i].seed = 500 + i;
       reqs[i].sampling.temperature = i % 4 == 0 ? 0.0f : 0.9f;
-      if (i % 12 == 11) {  // penalised: the steps it is in are held, so over soon
-        reqs[i].sampling.repetition_penalty = 1.3f;
-        reqs[i].max_tokens = 2;
-      }
+      // Half penalised, each penalty alone and all three: the sampler counts the token on its
+      // way (SampleRow::pending_row), which the host's history does not have yet.
+      if (i % 8 == 1 || i % 8 == 7) reqs[i].sampling.repetition_penalty = 1.3f;
+      if (i % 8 == 3 || i % 8 == 7) reqs[i].sampling.presence_penalty = 0.8f;
+      if (i % 8 == 5 || i % 8 == 7) reqs[i].sampling.frequency_penalty = 0.6f;
     }
     EngineOptions one_at_a_time;
     one_at_a_time.prefill_chunk = 8;
