@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <random>
@@ -81,7 +82,9 @@ void randomized_schedules(bool overlap) {
   std::vector<std::unique_ptr<Model>> models;
   for (const char* n : {"hybrid_a", "hybrid_b", "attention_rope", "rwkv", "she", "aft_local"})
     models.push_back(load(n));
-  std::mt19937 rng(2024);
+  // MIXSERVE_SCHEDULE_SEED draws other schedules (a longer hunt, e.g. under the sanitizers).
+  const char* seed = std::getenv("MIXSERVE_SCHEDULE_SEED");
+  std::mt19937 rng(seed ? static_cast<unsigned>(std::stoul(seed)) : 2024u);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int total_requests = 0, completed = 0, cut_short = 0;
   uint64_t preemptions = 0, hits = 0, overlapped = 0, steps = 0;
