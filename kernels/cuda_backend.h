@@ -127,10 +127,10 @@ struct CudaBackendOptions {
   // one-mixer model becomes the embedding, one kernel and the logits (SHE: where its lag matrix has
   // tiles). Why: at d = 128 a step's weights (7 MB,
   // f16) stay in L2 and a layer's are 393 KB, so a block's bandwidth from L2, not ~90 kernels'
-  // memory round trips (324 µs at batch 1 on an H200, 2026-11-28), bounds the step. Matrices of
-  // float32, float16, bfloat16 or int8 weights up to 1 MB, K ≤ 4,096, are uploaded a second time in
-  // the kernel's tiles (sequence_tiles.h); the others run as before. The same bits as the default
-  // path (one FMA chain per output). MIXSERVE_CUDA_SEQUENCE_BLOCKS=1|0 overrides,
+  // memory round trips (324 µs at batch 1 on an H200, 2026-11-28), bounds the step. Matrices whose
+  // tiles (int4's with their group scales) take up to 1 MB, K ≤ 4,096, are uploaded a second time
+  // in the kernel's tiles (sequence_tiles.h); the others run as before. The same bits as the
+  // default path (one FMA chain per output). MIXSERVE_CUDA_SEQUENCE_BLOCKS=1|0 overrides,
   // MIXSERVE_CUDA_SEQUENCE_BLOCK_ROWS the largest batch. Off by default until it has passed on a
   // GPU.
   bool sequence_blocks = false;

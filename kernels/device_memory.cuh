@@ -103,7 +103,7 @@ struct DevMatrix {
   // the end (CudaBackendOptions::early_epilogue). gemv_ordered.cu always does.
   bool early_epilogue = false;
   // The weights once more in sequence_tiles.h's tiles (CudaBackendOptions::sequence_blocks;
-  // float32, float16, bfloat16 and int8 matrices of at most kSeqMaxMatrixBytes), null otherwise.
+  // matrices whose tiles, int4's scales included, take at most kSeqMaxMatrixBytes), null otherwise.
   const void* seq_tiles = nullptr;
   bool empty() const { return n == 0; }
   // The per-output scales an int8 sum is multiplied by (null for every other type).

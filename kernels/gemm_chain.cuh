@@ -162,10 +162,7 @@ void launch_chain(cudaStream_t stream, const ChainPlan& plan, const std::vector<
         k.out, k.w.ordered_sums};
   }
   if (plan.sequences > 0) {
-    if constexpr (std::is_same_v<WT, gemm_parts::PackedInt4>)
-      throw std::logic_error("int4 GEMMs have no sequence-block tiles");
-    else
-      sequence_blocks::launch_sequences<WT, Cores>(stream, c, cores, plan.sequences);
+    sequence_blocks::launch_sequences<WT, Cores>(stream, c, cores, plan.sequences);
     count_sequence_launch();
   } else if (cores.block_cores) {
     throw std::logic_error("a block core joins only a sequence kernel's run");

@@ -159,12 +159,14 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
     for (size_t i = 0; i < count && exact; ++i) exact = __half2float(__float2half_rn(w[i])) == w[i];
     m.type = exact ? CudaWeightType::kF16 : CudaWeightType::kF32;
   }
-  // The stored weights, and how many bits each (sequence-block tiles for all but int4).
-  auto upload_weights = [&](const void* host, int bits) {
-    const size_t bytes = count * static_cast<size_t>(bits) / 8;
+  // The stored weights (rows of ⌈k·bits/8⌉ bytes), how many bits each, int4's group scales; and
+  // their sequence-block tiles.
+  auto upload_weights = [&](const void* host, int bits, const float* group_scales = nullptr) {
+    const size_t bytes = static_cast<size_t>(n) * ((static_cast<size_t>(k) * bits + 7) / 8);
     m.w = upload(host, bytes);
-    if (sequence_blocks_ && static_cast<int64_t>(bytes) <= kSeqMaxMatrixBytes && k <= kSeqMaxK) {
-      const std::vector<unsigned char> tiles = arrange_seq_tiles(host, n, k, bits);
+    const SeqTiles t = seq_tiles(n, k, bits);
+    if (sequence_blocks_ && t.arranged_bytes() <= kSeqMaxMatrixBytes && k <= kSeqMaxK) {
+      const std::vector<unsigned char> tiles = arrange_seq_tiles(host, n, k, bits, group_scales);
       // The same weights again: a step reads one copy or the other.
       m.seq_tiles = upload(tiles.data(), tiles.size(), false);
     }
@@ -188,7 +190,7 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
     // The same, two weights a byte (the layout is in device_memory.cuh).
     const QuantizedMatrix q = quantize_int4(w, n, k);
     const std::vector<uint8_t> packed = pack_int4_rows(q);
-    m.w = upload(packed.data(), packed.size());
+    upload_weights(packed.data(), 4, q.scales.data());
     m.scales = f32(q.scales);
   } else {
     throw std::logic_error("unknown weight type");

@@ -120,8 +120,12 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
     if (i >= rows) continue;
     if (kt == 0 && nb > 0) load_finish_inputs(nb * kSeqThreads + i);
     const auto* w = reinterpret_cast<const uint4*>(slot(summed));
+    // int4: each piece's group scale, after the tile's pieces (sequence_tiles.h).
+    const auto* scales = reinterpret_cast<const float*>(slot(summed) + t.scales_at(nb, kt));
     for (int j = 0; j < t.units_of(kt); ++j) {
       const uint4 v = w[j * rows + i];
+      float scale = 0.0f;
+      if constexpr (std::is_same_v<WT, PackedInt4>) scale = scales[j * rows + i];
       const int k0 = t.first_term(kt, j);  // a multiple of kTerms: 4 terms of A are 16 bytes
       if (folds) {
 #pragma unroll
@@ -131,7 +135,7 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
       for (int q = 0; q < kTerms / 4; ++q) {
         float wq[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) wq[e] = ordered_chunk::unit_term<WT>(v, 4 * q + e);
+        for (int e = 0; e < 4; ++e) wq[e] = ordered_chunk::unit_term<WT>(v, 4 * q + e, scale);
         const int at = split_gemv_padded(k0 + 4 * q);
 #pragma unroll
         for (int r = 0; r < kSeqMaxRows; ++r) {
@@ -180,8 +184,8 @@ __global__ void __launch_bounds__(kSeqThreads, 1)
 }
 
 // Whether `w` may be one of a sequence kernel's GEMMs in a pass of M rows for `sequences`
-// sequences: its tiles uploaded (DevMatrix::seq_tiles: float32, float16, bfloat16 or int8, small
-// enough, K ≤ kSeqMaxK), every sequence one row, summed in either order (SeqSum).
+// sequences: its tiles uploaded (DevMatrix::seq_tiles: any weight type, small enough, K ≤
+// kSeqMaxK), every sequence one row, summed in either order (SeqSum).
 inline bool sequence_blocks_apply(const DevMatrix& w, int M, int sequences) {
   return w.seq_tiles && M == sequences && !w.tensor_cores;
 }

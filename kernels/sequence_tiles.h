@@ -22,6 +22,10 @@
 // in order k = 0…K−1 and a thread sums them as every other kernel does in the GEMM's order (SeqSum:
 // one FMA chain from +0, or the K-chunked order): the same bits (tests: SequenceTiles.* here,
 // SequenceBlocksModel.* on a GPU).
+// int4: a 16-byte piece is 32 weights, one group of kInt4Group, so each piece has one scale; a
+// tile's scales follow its pieces (scale of piece j of row i at float j·rows + i, the region
+// padded to 16 bytes), streamed through the same slot: the sums read weights and scales from
+// shared memory alike.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +72,10 @@ struct SeqTiles {
 
   MIXSERVE_HD static constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
   MIXSERVE_HD static constexpr int min_of(int a, int b) { return a < b ? a : b; }
+  // The bytes of a tile of `rows` rows and `units` pieces: the pieces, then (int4) their scales.
+  MIXSERVE_HD static constexpr int tile_bytes(int bits, int rows, int units) {
+    return rows * units * 16 + (bits == 4 ? ceil_div(rows * units * 4, 16) * 16 : 0);
+  }
   MIXSERVE_HD constexpr int terms_per_unit() const { return 128 / bits; }
   MIXSERVE_HD constexpr int row_units() const { return ceil_div(k, terms_per_unit()); }
   MIXSERVE_HD constexpr int n_blocks() const { return ceil_div(n, kSeqThreads); }
@@ -80,23 +88,34 @@ struct SeqTiles {
   MIXSERVE_HD constexpr int first_term(int kt, int j) const {
     return (kt * units + j) * terms_per_unit();
   }
-  // Tile (nb, kt): where it starts in the arranged copy, and its bytes (one slot's copy).
-  MIXSERVE_HD constexpr int64_t offset(int nb, int kt) const {
-    return (int64_t{nb} * kSeqThreads * row_units() + int64_t{rows(nb)} * kt * units) * 16;
+  // Tile (nb, kt): its bytes (one slot's copy), where it starts in the arranged copy (every tile
+  // before it in its n-block is whole, every n-block before it has kSeqThreads rows), and where
+  // its scales start in it (int4).
+  MIXSERVE_HD constexpr int bytes(int nb, int kt) const {
+    return tile_bytes(bits, rows(nb), units_of(kt));
   }
-  MIXSERVE_HD constexpr int bytes(int nb, int kt) const { return rows(nb) * units_of(kt) * 16; }
+  MIXSERVE_HD constexpr int64_t n_block_bytes(int nb) const {
+    return int64_t{k_tiles() - 1} * bytes(nb, 0) + bytes(nb, k_tiles() - 1);
+  }
+  MIXSERVE_HD constexpr int64_t offset(int nb, int kt) const {
+    return nb * n_block_bytes(0) + int64_t{kt} * bytes(nb, 0);
+  }
+  MIXSERVE_HD constexpr int scales_at(int nb, int kt) const { return rows(nb) * units_of(kt) * 16; }
   // Tile t of the matrix's walk: n-block t / k_tiles(), k-tile t % k_tiles().
   MIXSERVE_HD constexpr int nb_of(int t) const { return t / k_tiles(); }
   MIXSERVE_HD constexpr int kt_of(int t) const { return t % k_tiles(); }
-  MIXSERVE_HD constexpr int64_t arranged_bytes() const { return int64_t{n} * row_units() * 16; }
+  MIXSERVE_HD constexpr int64_t arranged_bytes() const {
+    return offset(n_blocks() - 1, 0) + n_block_bytes(n_blocks() - 1);
+  }
 };
 
-// The tiles of W [n, k] with `bits` a weight (32, 16 or 8): k-tiles as wide as a slot holds for the
-// widest n-block, balanced so the last is not a sliver.
+// The tiles of W [n, k] with `bits` a weight (32, 16, 8 or 4): k-tiles as wide as a slot holds
+// for the widest n-block, balanced so the last is not a sliver.
 MIXSERVE_HD constexpr SeqTiles seq_tiles(int n, int k, int bits) {
   SeqTiles t{n, k, bits, 1};
   const int rows = SeqTiles::min_of(kSeqThreads, n);
-  int units = kSeqSlotBytes / (rows * 16);
+  // int4: 4 bytes of scale a piece, and up to 15 of padding after them.
+  int units = bits == 4 ? (kSeqSlotBytes - 15) / (rows * 20) : kSeqSlotBytes / (rows * 16);
   if (units < 1) units = 1;
   const int row_units = t.row_units();
   if (units > row_units) units = row_units;
@@ -166,22 +185,27 @@ MIXSERVE_HD constexpr void seq_advance(const Plan& plan, int bits, SeqCursor& at
   ++at.index;
 }
 
-// W [n, k] (rows of k·bits/8 bytes, row-major, as DevMatrix stores it) in seq_tiles' layout, the
-// pieces past a row's end zero.
-inline std::vector<unsigned char> arrange_seq_tiles(const void* w, int n, int k, int bits) {
+// W [n, k] (rows of ⌈k·bits/8⌉ bytes, row-major, as DevMatrix stores it; int4 with its group
+// scales [n][⌈k/32⌉]) in seq_tiles' layout, the pieces past a row's end zero.
+inline std::vector<unsigned char> arrange_seq_tiles(const void* w, int n, int k, int bits,
+                                                    const float* group_scales = nullptr) {
   const SeqTiles t = seq_tiles(n, k, bits);
-  const int64_t row_bytes = int64_t{k} * bits / 8;
+  const int64_t row_bytes = (int64_t{k} * bits + 7) / 8;
   const auto* src = static_cast<const unsigned char*>(w);
   std::vector<unsigned char> out(static_cast<size_t>(t.arranged_bytes()), 0);
   for (int tile = 0; tile < t.tiles(); ++tile) {
     const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
+    unsigned char* at = &out[static_cast<size_t>(t.offset(nb, kt))];
     for (int j = 0; j < t.units_of(kt); ++j)
       for (int i = 0; i < rows; ++i) {
+        const int64_t row = int64_t{nb} * kSeqThreads + i;
         const int64_t from = int64_t{t.first_term(kt, j)} * bits / 8;
         const int64_t len = row_bytes - from < 16 ? row_bytes - from : 16;
-        std::memcpy(&out[static_cast<size_t>(t.offset(nb, kt) + (int64_t{j} * rows + i) * 16)],
-                    src + (int64_t{nb} * kSeqThreads + i) * row_bytes + from,
+        std::memcpy(at + (int64_t{j} * rows + i) * 16, src + row * row_bytes + from,
                     static_cast<size_t>(len));
+        if (bits == 4)  // piece kt·units + j is the row's group of that number
+          std::memcpy(at + t.scales_at(nb, kt) + (int64_t{j} * rows + i) * 4,
+                      group_scales + row * t.row_units() + kt * t.units + j, 4);
       }
   }
   return out;

@@ -1,10 +1,10 @@
 // sequence_blocks (kernels/sequence_blocks.cuh: a decode pass's runs of projections, element-wise
 // cores and block cores — RetNet's, linear attention's and Performer's heads, attention's, a row's
 // layer norm — as one kernel of one block per sequence) promises the default path's bits: every
-// golden fixture in float32/float16/bfloat16/int8 on two backends, the option on and off — prefill
-// chunks (several rows a sequence: not taken), decode steps of 1, 3, 8 and 13 sequences (graphs
-// padded to 1, 4, 8 and 16), a sequence decoding alone against the same sequence among 13 — the
-// same logits and states bit for bit, and a sequence kernel did run.
+// golden fixture in float32/float16/bfloat16/int8/int4 on two backends, the option on and off —
+// prefill chunks (several rows a sequence: not taken), decode steps of 1, 3, 8 and 13 sequences
+// (graphs padded to 1, 4, 8 and 16), a sequence decoding alone against the same sequence among 13 —
+// the same logits and states bit for bit, and a sequence kernel did run.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,10 +29,11 @@ TEST_P(SequenceBlocksModel, SameBitsAsTheDefaultPath) {
   sch.seed = 41;
   const int64_t before = cuda::sequence_kernels_launched();
   auto set = [](CudaBackendOptions& o, bool on) { o.sequence_blocks = on; };
-  const std::string diff = option_bits_difference(
-      fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
-      {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16, CudaWeightType::kInt8},
-      sch);
+  const std::string diff =
+      option_bits_difference(fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
+                             {CudaWeightType::kF32, CudaWeightType::kF16, CudaWeightType::kBF16,
+                              CudaWeightType::kInt8, CudaWeightType::kInt4},
+                             sch);
   EXPECT_EQ(diff, "") << GetParam();
   EXPECT_GT(cuda::sequence_kernels_launched(), before) << "no sequence kernel ran";
 }
@@ -69,7 +70,8 @@ TEST_P(SequenceBlocksModel, TwoSequencesABlockSameBits) {
   };
   const std::string diff = option_bits_difference(
       fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
-      {CudaWeightType::kF16, CudaWeightType::kF32, CudaWeightType::kInt8}, sch);
+      {CudaWeightType::kF16, CudaWeightType::kF32, CudaWeightType::kInt8, CudaWeightType::kInt4},
+      sch);
   EXPECT_EQ(diff, "") << GetParam();
 }
 
@@ -90,7 +92,8 @@ TEST_P(SequenceBlocksModel, SameBitsInTheKChunkedOrder) {
     };
     const std::string diff = option_bits_difference(
         fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks),
-        {CudaWeightType::kF16, CudaWeightType::kBF16, CudaWeightType::kInt8}, sch);
+        {CudaWeightType::kF16, CudaWeightType::kBF16, CudaWeightType::kInt8, CudaWeightType::kInt4},
+        sch);
     EXPECT_EQ(diff, "") << GetParam() << ", " << per << " sequences a block";
   }
 }

@@ -7,7 +7,8 @@
 // (OrderedSum), and SHE's lag sums (groups of 256 its history reaches, added in order). And the
 // kernel's schedule: the copy cursor (seq_advance) issues every tile of a run once, in the order
 // the sums take them, each into the slot they read it from, kSeqSlots − 1 ahead across phases and
-// cores, never into the slot being read.
+// cores, never into the slot being read. int4 (two weights a byte, a scale a group of 32 = a piece)
+// throughout: its scales ride in each tile after its pieces.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "engine/safetensors.h"  // half_to_float
 #include "kernels/gemm_chain_plan.h"
 #include "kernels/sequence_tiles.h"
+#include "kernels/sum_order.h"  // int4_weight, int4_q
 
 namespace mixserve::cuda {
 namespace {
@@ -36,21 +38,29 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (auto [n, k] : kShapes)
-    for (int bits : {32, 16, 8}) out.push_back({n, k, bits});
+    for (int bits : {32, 16, 8, 4}) out.push_back({n, k, bits});
   return out;
+}
+
+int64_t row_bytes_of(const Case& c) {
+  return (int64_t{c.k} * c.bits + 7) / 8;
 }
 
 TEST(SequenceTiles, EveryWeightLandsOnceWhereItsThreadReadsIt) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k << " bits " << c.bits);
     const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
-    const int64_t row_bytes = int64_t{c.k} * c.bits / 8;
+    const int64_t row_bytes = row_bytes_of(c);
     std::vector<unsigned char> w(static_cast<size_t>(c.n * row_bytes));
     std::mt19937 rng(c.n * 31 + c.k);
     for (auto& b : w) b = static_cast<unsigned char>(1 + rng() % 255);  // never 0: padding is
-    const std::vector<unsigned char> tiles = arrange_seq_tiles(w.data(), c.n, c.k, c.bits);
+    // int4's scales: each its own index + 1, so where each lands names it.
+    std::vector<float> scales(static_cast<size_t>(c.n) * t.row_units());
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<float>(i + 1);
+    const std::vector<unsigned char> tiles =
+        arrange_seq_tiles(w.data(), c.n, c.k, c.bits, scales.data());
     ASSERT_EQ(static_cast<int64_t>(tiles.size()), t.arranged_bytes());
-    std::vector<int> seen(w.size(), 0);
+    std::vector<int> seen(w.size(), 0), seen_scales(scales.size(), 0);
     int64_t walked = 0;  // the copies' walk: tile after tile, contiguous
     for (int tile = 0; tile < t.tiles(); ++tile) {
       const int nb = t.nb_of(tile), kt = t.kt_of(tile), rows = t.rows(nb);
@@ -60,11 +70,26 @@ TEST(SequenceTiles, EveryWeightLandsOnceWhereItsThreadReadsIt) {
       ASSERT_GT(rows, 0);
       ASSERT_LE(rows, kSeqThreads);
       walked += t.bytes(nb, kt);
+      if (c.bits == 4) {  // the scales' region after the pieces, its padding zero
+        ASSERT_EQ(t.scales_at(nb, kt), rows * t.units_of(kt) * 16);
+        for (int b = t.scales_at(nb, kt) + rows * t.units_of(kt) * 4; b < t.bytes(nb, kt); ++b)
+          ASSERT_EQ(tiles[t.offset(nb, kt) + b], 0) << "the scales' padding";
+      } else {
+        ASSERT_EQ(t.bytes(nb, kt), rows * t.units_of(kt) * 16) << "no room but the pieces'";
+      }
       for (int i = 0; i < rows; ++i) {  // thread i: output nb·T + i
         const int64_t n = int64_t{nb} * kSeqThreads + i;
         for (int j = 0; j < t.units_of(kt); ++j) {
           const int64_t from = int64_t{t.first_term(kt, j)} * c.bits / 8;
           const unsigned char* piece = &tiles[t.offset(nb, kt) + (int64_t{j} * rows + i) * 16];
+          if (c.bits == 4) {  // piece j's scale: the row's group kt·units + j
+            float scale;
+            std::memcpy(&scale, &tiles[t.offset(nb, kt) + t.scales_at(nb, kt) + (j * rows + i) * 4],
+                        4);
+            const int64_t group = n * t.row_units() + t.first_term(kt, j) / 32;
+            ASSERT_EQ(scale, scales[group]) << "output " << n << " piece " << j;
+            ++seen_scales[group];
+          }
           for (int b = 0; b < 16; ++b) {
             if (from + b < row_bytes) {
               const size_t at = n * row_bytes + from + b;
@@ -79,6 +104,9 @@ TEST(SequenceTiles, EveryWeightLandsOnceWhereItsThreadReadsIt) {
     }
     ASSERT_EQ(walked, t.arranged_bytes());
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "byte " << i;
+    if (c.bits == 4) {
+      for (size_t i = 0; i < seen_scales.size(); ++i) ASSERT_EQ(seen_scales[i], 1) << "scale " << i;
+    }
   }
 }
 
@@ -111,19 +139,24 @@ TEST(SequenceTiles, TilesFillTheirSlots) {
             4);  // qkv: 96 KB as 4 × 24 KB (5⅓ pieces a row do not fit 32 KB whole)
   EXPECT_EQ(seq_tiles(128, 128, 16).tiles(), 1);  // out: 32 KB
   EXPECT_EQ(seq_tiles(128, 512, 16).tiles(), 4);  // fc2: 128 KB
+  EXPECT_EQ(seq_tiles(512, 128, 4).tiles(), 2);   // fc1 in int4: 2 × (16 KB + 4 KB of scales)
   for (const Case& c : cases()) {
     const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
     EXPECT_LE(t.units, t.row_units());
     // As few k-tiles as fit: one fewer would overflow a slot.
     if (t.k_tiles() > 1) {
-      EXPECT_GT(SeqTiles::ceil_div(t.row_units(), t.k_tiles() - 1) * t.rows(0) * 16, kSeqSlotBytes)
+      EXPECT_GT(SeqTiles::tile_bytes(c.bits, t.rows(0),
+                                     SeqTiles::ceil_div(t.row_units(), t.k_tiles() - 1)),
+                kSeqSlotBytes)
           << "n " << c.n << " k " << c.k << " bits " << c.bits;
     }
   }
 }
 
-// Term e of a 16-byte piece as sequence_blocks.cuh's kernel decodes it (ordered_chunk::unit_term).
-float piece_term(const unsigned char* piece, int e, int bits) {
+// Term e of a 16-byte piece as sequence_blocks.cuh's kernel decodes it (ordered_chunk::unit_term;
+// int4 with the piece's scale).
+float piece_term(const unsigned char* piece, int e, int bits, float scale = 0.0f) {
+  if (bits == 4) return int4_weight(int4_q(piece, e), scale);
   if (bits == 32) {
     float v;
     std::memcpy(&v, piece + 4 * e, 4);
@@ -136,22 +169,32 @@ float piece_term(const unsigned char* piece, int e, int bits) {
   }
   return static_cast<float>(static_cast<int8_t>(piece[e]));
 }
-float stored_weight(const std::vector<unsigned char>& w, int64_t n, int k, int kk, int bits) {
-  return piece_term(&w[static_cast<size_t>((n * k + kk) * bits / 8)], 0, bits);
-}
-
-// Random weights of a case as stored (finite halves; any int8) and a row of A.
+// Random weights of a case as stored (finite halves; any int8; any int4, with scales) and a row
+// of A.
 struct Operands {
   std::vector<unsigned char> w;
+  std::vector<float> scales;  // int4: [n][⌈k/32⌉]
   std::vector<float> x;
 };
+float stored_weight(const Operands& o, const Case& c, int64_t n, int kk) {
+  if (c.bits == 4)
+    return int4_weight(int4_q(&o.w[static_cast<size_t>(n * row_bytes_of(c))], kk),
+                       o.scales[static_cast<size_t>(n * ((c.k + 31) / 32) + kk / 32)]);
+  return piece_term(&o.w[static_cast<size_t>((n * c.k + kk) * c.bits / 8)], 0, c.bits);
+}
+
 Operands random_operands(const Case& c) {
   std::mt19937 rng(c.n + 7 * c.k + c.bits);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t row_bytes = int64_t{c.k} * c.bits / 8;
+  const int64_t row_bytes = row_bytes_of(c);
   Operands o;
   o.w.resize(static_cast<size_t>(c.n * row_bytes));
-  for (int64_t i = 0; i < int64_t{c.n} * c.k; ++i) {
+  if (c.bits == 4) {
+    for (auto& b : o.w) b = static_cast<unsigned char>(rng());
+    o.scales.resize(static_cast<size_t>(c.n) * ((c.k + 31) / 32));
+    for (float& v : o.scales) v = std::abs(normal(rng)) * 0.1f + 1e-3f;
+  }
+  for (int64_t i = 0; c.bits != 4 && i < int64_t{c.n} * c.k; ++i) {
     unsigned char* at = &o.w[static_cast<size_t>(i * c.bits / 8)];
     if (c.bits == 32) {
       const float v = normal(rng);
@@ -173,7 +216,8 @@ Operands random_operands(const Case& c) {
 // output's last k-tile.
 std::vector<float> kernel_sums(const Case& c, const Operands& o, bool ordered, int groups) {
   const SeqTiles t = seq_tiles(c.n, c.k, c.bits);
-  const std::vector<unsigned char> tiles = arrange_seq_tiles(o.w.data(), c.n, c.k, c.bits);
+  const std::vector<unsigned char> tiles =
+      arrange_seq_tiles(o.w.data(), c.n, c.k, c.bits, o.scales.data());
   std::vector<SeqSum> sums(kSeqThreads);
   std::vector<float> y(static_cast<size_t>(c.n));
   for (int tile = 0; tile < t.tiles(); ++tile) {
@@ -181,10 +225,14 @@ std::vector<float> kernel_sums(const Case& c, const Operands& o, bool ordered, i
     for (int i = 0; i < rows; ++i) {
       for (int j = 0; j < t.units_of(kt); ++j) {
         const unsigned char* piece = &tiles[t.offset(nb, kt) + (int64_t{j} * rows + i) * 16];
+        float scale = 0.0f;
+        if (c.bits == 4)
+          std::memcpy(&scale, &tiles[t.offset(nb, kt) + t.scales_at(nb, kt) + (j * rows + i) * 4],
+                      4);
         const int k0 = t.first_term(kt, j);
         sums[i].before(k0, ordered, groups);
         for (int e = 0; e < t.terms_per_unit(); ++e)
-          if (k0 + e < c.k) sums[i].fma(o.x[k0 + e], piece_term(piece, e, c.bits));
+          if (k0 + e < c.k) sums[i].fma(o.x[k0 + e], piece_term(piece, e, c.bits, scale));
       }
       if (kt + 1 < t.k_tiles()) continue;
       y[static_cast<size_t>(nb) * kSeqThreads + i] = sums[i].total(c.k, ordered, groups);
@@ -208,7 +256,7 @@ TEST(SequenceTiles, TheKernelsWalkSumsInTheGemmsOrder) {
     if (int64_t{c.n} * c.k > 4'000'000) continue;
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k << " bits " << c.bits);
     const Operands o = random_operands(c);
-    auto weight = [&](int64_t n, int kk) { return stored_weight(o.w, n, c.k, kk, c.bits); };
+    auto weight = [&](int64_t n, int kk) { return stored_weight(o, c, n, kk); };
     const std::vector<float> chain = kernel_sums(c, o, false, -1),
                              ordered = kernel_sums(c, o, true, -1);
     for (int64_t n = 0; n < c.n; ++n) {
@@ -305,7 +353,7 @@ TEST(SequenceTiles, TheCopiesRunAheadOfTheSumsInTheirOrder) {
       {{0, 0}},
       {{5000, 128}}};
   for (const auto& run : runs)
-    for (int bits : {32, 16, 8}) {
+    for (int bits : {32, 16, 8, 4}) {
       SCOPED_TRACE(::testing::Message() << run.size() << " phases, bits " << bits);
       check_schedule(run, bits);
     }
