@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0 && pending >= 0 && pending < V) repeat(pending);
   }
   __syncthreads();
-  const int stride = pending >= 0 ? 3 : 2;
+  const int stride = P.pending_row >= 0 ? 3 : 2;  // as the host packed them
   int listed = 0;
   for (int j = P.pen_begin + stride * tid; j < P.pen_end; j += stride * nt) {
     const int t = lists[j];
