@@ -26,6 +26,7 @@ void BlockTables::grow(int n_slots) {
   owner_.resize(n_slots, nullptr);
   last_used_.resize(n_slots, 0);
   generation_.resize(n_slots, 0);
+  capacity_.resize(n_slots, 0);
   synced_.resize(static_cast<size_t>(n_slots) * layer_blocks_.size(), 0);
 }
 
@@ -50,17 +51,25 @@ void BlockTables::sync(int32_t slot, const SequenceState& state, std::vector<Blo
     throw std::invalid_argument("BlockTables: a state has " + std::to_string(pages.size()) +
                                 " layers, the table " + std::to_string(layer_base_.size()));
   const bool appended = state.generation != 0 && generation_[slot] == state.generation;
+  // The same lists as last time, and none has grown (growth raises capacity_tokens): nothing to
+  // send — a steady decode step's sequence costs two compares, not a look at every layer's list.
+  const bool unchanged = appended && capacity_[slot] == state.capacity_tokens;
   generation_[slot] = state.generation;
+  capacity_[slot] = state.capacity_tokens;
   const int32_t* synced = &synced_[static_cast<size_t>(slot) * n_layers()];
   for (int l = 0; l < n_layers(); ++l) {
     const std::vector<int32_t>& p = pages[l];
-    // Only the appended blocks, unread; or every block, compared.
-    const bool tail = appended && p.size() >= static_cast<size_t>(synced[l]);
-    sync_layer(slot, l, p, tail ? synced[l] : 0, !tail, writes);
-    if (verify_ && !std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)]))
-      throw std::logic_error("BlockTables: layer " + std::to_string(l) +
-                             "'s page list changed in place within generation " +
-                             std::to_string(state.generation));
+    if (!unchanged) {  // only the appended blocks, unread; or every block, compared
+      const bool tail = appended && p.size() >= static_cast<size_t>(synced[l]);
+      sync_layer(slot, l, p, tail ? synced[l] : 0, !tail, writes);
+    } else if (!verify_) {
+      return;
+    }
+    if (verify_ && (p.size() != static_cast<size_t>(synced[l]) ||
+                    !std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)])))
+      throw std::logic_error("BlockTables: layer " + std::to_string(l) + "'s page list changed " +
+                             (unchanged ? "without growing capacity_tokens" : "in place") +
+                             " within generation " + std::to_string(state.generation));
   }
 }
 

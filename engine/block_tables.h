@@ -9,11 +9,12 @@
 // Which entries changed is decided two ways. A sequence the slot served last time, with the same
 // SequenceState::generation (non-zero), only appended pages since: its new entries are written
 // without reading the old ones (a steady decode step of 256 sequences at a 1,000-token context
-// holds 9M entries). Otherwise its page lists are compared with what the slot's entries were last
-// set to, so a sequence that finished, a request that reuses a freed SequenceState, a copy, pages
-// swapped by the prefix cache or a preemption all get exactly the writes that make the device's
-// entries equal the engine's. `verify` compares every list in full after the fast path too and
-// throws std::logic_error where the generation's promise was broken (tests, gpu-check).
+// holds 9M entries), and none at all when its capacity_tokens has not moved (appending raises it),
+// without looking at its lists. Otherwise its page lists are compared with what the slot's entries
+// were last set to, so a sequence that finished, a request that reuses a freed SequenceState, a
+// copy, pages swapped by the prefix cache or a preemption all get exactly the writes that make the
+// device's entries equal the engine's. `verify` compares every list in full after the fast path too
+// and throws std::logic_error where the generation's promise was broken (tests, gpu-check).
 //
 // Layout: slot-major, each layer a run of its own most blocks (a K/V layer holds thousands of
 // pages at a long context, a constant-size state a few), so the table grows by appending slots.
@@ -77,6 +78,7 @@ class BlockTables {
   std::unordered_map<const SequenceState*, int32_t> slot_of_;  // owner_'s inverse
   std::vector<uint64_t> last_used_;   // [n_slots] the step it last served in (0: never)
   std::vector<uint64_t> generation_;  // [n_slots] its owner's generation when last synced
+  std::vector<int64_t> capacity_;     // [n_slots] and its capacity_tokens then
   std::vector<int32_t> synced_;       // [n_slots × layers] how many blocks were then synced
   uint64_t step_ = 0;
   bool verify_ = false;

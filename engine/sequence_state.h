@@ -38,8 +38,10 @@ struct SequenceState {
   bool shared = false;
   // Which page lists these are: StateAllocator gives a new, process-wide unique value whenever it
   // replaces or empties them (new_tables, keep_tables); between two values they only grow at the
-  // end (grow). A device's block tables (engine/block_tables.h) then send only the appended
-  // entries. 0 (a state built by hand, or a copy) promises nothing: its lists are compared whole.
+  // end (grow), and every growth raises capacity_tokens. A device's block tables
+  // (engine/block_tables.h) then send only the appended entries, and look at no list of a state
+  // whose capacity_tokens has not moved. 0 (a state built by hand, or a copy) promises nothing:
+  // its lists are compared whole.
   PageListGeneration generation;
   bool allocated() const { return !layer_pages.empty(); }
 };

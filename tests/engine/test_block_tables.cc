@@ -167,22 +167,33 @@ TEST(BlockTables, PropertyTheDeviceAlwaysHoldsEachSequencesPages) {
   }
 }
 
-// With a generation, only appended blocks are written, without reading the others; a list changed
-// in place within its generation (which StateAllocator never does) is caught by verify.
+// With a generation, only appended blocks are written, without reading the others, and nothing is
+// read while capacity_tokens stays put; a list changed in place within its generation, or grown
+// without capacity_tokens (which StateAllocator never does), is caught by verify.
 TEST(BlockTables, AGenerationSendsOnlyAppendsAndVerifyCatchesInPlaceChanges) {
   BlockTables fast(layer_blocks(), 1), checked(layer_blocks(), 1, true);
   SequenceState a = state({{1, 2}, {3}, {4}});
   a.generation = 7;
+  a.capacity_tokens = 16;
   std::vector<int32_t> slots;
   std::vector<BlockWrite> w;
   fast.plan({&a}, slots, w);
   checked.plan({&a}, slots, w);
   a.layer_pages[1].push_back(5);
+  a.capacity_tokens = 32;  // StateAllocator::grow
   w.clear();
   fast.plan({&a}, slots, w);
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0].page, 5);
+  checked.plan({&a}, slots, w);
+  a.layer_pages[2].push_back(6);  // appended, capacity_tokens unchanged: a broken promise
+  w.clear();
+  fast.plan({&a}, slots, w);
+  EXPECT_TRUE(w.empty()) << "the fast path trusts capacity_tokens";
+  EXPECT_THROW(checked.plan({&a}, slots, w), std::logic_error);
+  a.layer_pages[2].pop_back();
   a.layer_pages[2][0] = 9;  // in place, same generation: a broken promise
+  a.capacity_tokens = 48;
   w.clear();
   fast.plan({&a}, slots, w);
   EXPECT_TRUE(w.empty()) << "the fast path trusts the generation";

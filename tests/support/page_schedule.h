@@ -42,7 +42,10 @@ class PageSchedule {
         live_[i] = false;  // finished or preempted for good: the object is reused later
       } else if (r < 6) {
         auto& l = s.layer_pages[1 + pick(rng, 2)];
-        if (static_cast<int>(l.size()) < max_blocks_) l.push_back(next_page_++);  // a page filled
+        if (static_cast<int>(l.size()) < max_blocks_) {  // a page filled: StateAllocator::grow
+          l.push_back(next_page_++);
+          s.capacity_tokens += StateAllocator::kGrowTokens;
+        }
       } else if (r == 6) {
         auto& l = s.layer_pages[1 + pick(rng, 2)];
         l[pick(rng, static_cast<int>(l.size()))] = next_page_++;  // copy-on-write
