@@ -5,7 +5,11 @@
 //   BlockTables: pack_rows + BlockTables::plan + pack_table_step, only the changed entries sent;
 //                the states carry generations as StateAllocator gives them, so plan() writes
 //                only appended blocks without reading the rest;
-//   BlockTablesCompared: the same with generation 0 (every list compared with its slot's entries).
+//   BlockTablesCompared: the same with generation 0 (every list compared with its slot's entries);
+//   BlockTablesGrowing: with generations, every sequence's capacity_tokens raised every step (as
+//                StateAllocator::grow raises it, here without new pages): plan() reads every
+//                list's tail, the work of a step in which every sequence took a page (a decoding
+//                sequence takes one every 16th step; steady steps of the others cost BlockTables').
 // Shapes: the paper configuration's 18 layers, all attention (two pages a token at page_floats =
 // d), `batch` sequences at context `ctx`; steady decode steps, where no page list changed (the
 // engine grows K/V 16 tokens at a time). Google Benchmark; --benchmark_format=json for JSON.
@@ -50,7 +54,7 @@ void BM_PageLists(benchmark::State& state) {
   state.counters["upload_bytes"] = static_cast<double>(meta.size() * sizeof(int32_t));
 }
 
-void block_tables(benchmark::State& state, bool generations) {
+void block_tables(benchmark::State& state, bool generations, bool growing = false) {
   const int batch = static_cast<int>(state.range(0)), ctx = static_cast<int>(state.range(1));
   Batch b(batch, ctx, generations);
   const DeviceBatchLayout at{batch, batch, batch};
@@ -60,6 +64,8 @@ void block_tables(benchmark::State& state, bool generations) {
   tables.plan(b.fb.states, slots, writes);  // the first step writes every table
   for (auto _ : state) {
     writes.clear();
+    if (growing)
+      for (SequenceState& s : b.states) s.capacity_tokens += 16;
     tables.plan(b.fb.states, slots, writes);
     pack_rows(b.fb, at, meta);
     pack_table_step(at, slots, writes, tables, meta);
@@ -73,6 +79,9 @@ void BM_BlockTables(benchmark::State& state) {
 void BM_BlockTablesCompared(benchmark::State& state) {
   block_tables(state, false);
 }
+void BM_BlockTablesGrowing(benchmark::State& state) {
+  block_tables(state, true, true);
+}
 
 void Shapes(benchmark::internal::Benchmark* b) {
   for (int batch : {1, 64, 256})
@@ -83,6 +92,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_PageLists)->Apply(Shapes);
 BENCHMARK(BM_BlockTables)->Apply(Shapes);
 BENCHMARK(BM_BlockTablesCompared)->Apply(Shapes);
+BENCHMARK(BM_BlockTablesGrowing)->Apply(Shapes);
 
 }  // namespace
 }  // namespace mixserve
