@@ -8,11 +8,15 @@
 
 namespace mixserve {
 
+void check_pending_rows(const std::vector<SampleRow>& rows, size_t batch_rows, const char* what) {
+  for (const SampleRow& r : rows)
+    if (r.pending_row >= static_cast<int64_t>(batch_rows))
+      throw std::out_of_range(std::string(what) + ": pending row outside the batch");
+}
+
 void Backend::forward_and_sample(const ForwardBatch& batch, const std::vector<SampleRow>& rows,
                                  std::vector<SampledToken>& tokens, double* sample_seconds) {
-  for (const SampleRow& r : rows)  // before the pass, which would change the states
-    if (r.pending_row >= static_cast<int64_t>(batch.tokens.size()))
-      throw std::out_of_range("forward_and_sample: pending row outside the batch");
+  check_pending_rows(rows, batch.tokens.size(), "forward_and_sample");
   forward(batch, sample_logits_);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = config().vocab_size;

@@ -63,6 +63,10 @@ struct SampleRow {
   int32_t pending_row = -1;
 };
 
+// Refuses (std::out_of_range, naming `what`) a row whose pending_row is outside a batch of
+// `batch_rows` rows — before the pass runs, which would change the states.
+void check_pending_rows(const std::vector<SampleRow>& rows, size_t batch_rows, const char* what);
+
 // What an overlapped step gives back (Backend::collect_sampled): a token for each row it sampled,
 // and the logits rows it was asked to keep (the prefix cache's snapshot of a prompt's last row),
 // vocab_size floats each, in the order asked.

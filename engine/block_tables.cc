@@ -54,6 +54,7 @@ void BlockTables::sync(int32_t slot, const SequenceState& state, std::vector<Blo
   // The same lists as last time, and none has grown (growth raises capacity_tokens): nothing to
   // send — a steady decode step's sequence costs two compares, not a look at every layer's list.
   const bool unchanged = appended && capacity_[slot] == state.capacity_tokens;
+  if (unchanged && !verify_) return;
   generation_[slot] = state.generation;
   capacity_[slot] = state.capacity_tokens;
   const int32_t* synced = &synced_[static_cast<size_t>(slot) * n_layers()];
@@ -62,8 +63,6 @@ void BlockTables::sync(int32_t slot, const SequenceState& state, std::vector<Blo
     if (!unchanged) {  // only the appended blocks, unread; or every block, compared
       const bool tail = appended && p.size() >= static_cast<size_t>(synced[l]);
       sync_layer(slot, l, p, tail ? synced[l] : 0, !tail, writes);
-    } else if (!verify_) {
-      return;
     }
     if (verify_ && (p.size() != static_cast<size_t>(synced[l]) ||
                     !std::equal(p.begin(), p.end(), &table_[index(slot, l, 0)])))

@@ -85,13 +85,6 @@ struct CudaBackend::Impl {
   // The last pass's tokens on the device (its rows fed a sampled token hold it once the
   // embedding has run), where the sampler reads a row's pending token (SampleRow::pending_row).
   const int32_t* batch_tokens = nullptr;
-  // Refuses a pending row outside batch `b` (before its pass is queued).
-  static void check_pending_rows(const ForwardBatch& b, const std::vector<SampleRow>& rows,
-                                 const char* what) {
-    for (const SampleRow& r : rows)
-      if (r.pending_row >= static_cast<int64_t>(b.tokens.size()))
-        throw std::out_of_range(std::string(what) + ": pending row outside the batch");
-  }
   // Refuses a sampled row outside the last pass's logits.
   void check_sample_rows(const std::vector<SampleRow>& rows, const char* what) const {
     for (const SampleRow& r : rows)

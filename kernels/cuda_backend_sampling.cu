@@ -27,7 +27,7 @@ void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<Sa
                                      std::vector<SampledToken>& tokens, double* sample_seconds) {
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::forward_and_sample(b, rows, tokens, sample_seconds);
-  Impl::check_pending_rows(b, rows, "forward_and_sample");
+  check_pending_rows(rows, b.tokens.size(), "forward_and_sample");
   m.enqueue(b);
   m.check_sample_rows(rows, "forward_and_sample");
   const auto t0 = std::chrono::steady_clock::now();
@@ -67,7 +67,7 @@ void CudaBackend::launch_and_sample(const ForwardBatch& b, const std::vector<Sam
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::launch_and_sample(b, rows, keep_logits);
   m.reserve_fed_tokens(static_cast<int>(rows.size()));
-  Impl::check_pending_rows(b, rows, "launch_and_sample");
+  check_pending_rows(rows, b.tokens.size(), "launch_and_sample");
   m.enqueue(b, true);
   m.check_sample_rows(rows, "launch_and_sample");
   for (int32_t row : keep_logits)
@@ -133,12 +133,10 @@ std::vector<SampledToken> cuda_sample_logits(const std::vector<float>& logits, i
     DeviceBuffer<float> dev(logits.size());
     CUDA_CHECK(cudaMemcpyAsync(dev.get(), logits.data(), sizeof(float) * logits.size(),
                                cudaMemcpyHostToDevice, stream));
-    for (const SampleRow& r : rows) {
+    for (const SampleRow& r : rows)
       if (r.row < 0 || static_cast<size_t>(r.row + 1) * vocab > logits.size())
         throw std::out_of_range("cuda_sample_logits: row outside the logits");
-      if (r.pending_row >= static_cast<int64_t>(batch_tokens.size()))
-        throw std::out_of_range("cuda_sample_logits: pending row outside the batch's tokens");
-    }
+    check_pending_rows(rows, batch_tokens.size(), "cuda_sample_logits");
     DeviceBuffer<int32_t> batch_dev(std::max<size_t>(1, batch_tokens.size()));
     if (!batch_tokens.empty())
       CUDA_CHECK(cudaMemcpyAsync(batch_dev.get(), batch_tokens.data(),
