@@ -23,7 +23,7 @@ void BlockTables::grow(int n_slots) {
     throw std::length_error("BlockTables: " + std::to_string(n_slots) + " slots of " +
                             std::to_string(slot_stride_) + " entries pass 2^31 entries");
   table_.resize(static_cast<size_t>(n_slots * slot_stride_), -1);
-  owner_.resize(n_slots, nullptr);
+  lease_.resize(n_slots, 0);
   last_used_.resize(n_slots, 0);
   generation_.resize(n_slots, 0);
   capacity_.resize(n_slots, 0);
@@ -82,12 +82,14 @@ void BlockTables::plan(const std::vector<const SequenceState*>& batch, std::vect
   ++step_;
   slots.assign(batch.size(), -1);
   // Sequences that had a slot keep it.
-  for (size_t i = 0; i < batch.size(); ++i)
-    if (auto it = slot_of_.find(batch[i]);
-        it != slot_of_.end() && last_used_[it->second] != step_) {
-      slots[i] = it->second;
-      last_used_[it->second] = step_;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const DeviceSlotHint& hint = batch[i]->device_slot;
+    if (hint.tables == this && hint.slot < n_slots() && lease_[hint.slot] == hint.lease &&
+        last_used_[hint.slot] != step_) {
+      slots[i] = hint.slot;
+      last_used_[hint.slot] = step_;
     }
+  }
   // The others take the slot least recently in a batch (never-used ones first). A scan of the
   // slots, but only for sequences new to the batch, which admission makes rare.
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -95,9 +97,8 @@ void BlockTables::plan(const std::vector<const SequenceState*>& batch, std::vect
     int32_t best = -1;
     for (int32_t s = 0; s < n_slots(); ++s)
       if (last_used_[s] != step_ && (best < 0 || last_used_[s] < last_used_[best])) best = s;
-    if (owner_[best]) slot_of_.erase(owner_[best]);
-    owner_[best] = batch[i];
-    slot_of_[batch[i]] = best;
+    lease_[best] = ++last_lease_;
+    batch[i]->device_slot = DeviceSlotHint(this, best, last_lease_);
     slots[i] = best;
     last_used_[best] = step_;
   }

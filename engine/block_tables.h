@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/sequence_state.h"
@@ -55,7 +54,7 @@ class BlockTables {
   // What the device holds for (slot, layer, block) after every write planned so far; -1 when
   // nothing was written there. Tests compare it with the engine's page lists.
   int32_t entry(int slot, int layer, int block) const { return table_[index(slot, layer, block)]; }
-  int n_slots() const { return static_cast<int>(owner_.size()); }
+  int n_slots() const { return static_cast<int>(lease_.size()); }
   int n_layers() const { return static_cast<int>(layer_base_.size()); }
   int32_t layer_blocks(int layer) const { return layer_blocks_[layer]; }
   // The table's size in entries, and all of them (what a device uploads after the slots grew).
@@ -73,9 +72,10 @@ class BlockTables {
   std::vector<int32_t> layer_blocks_;
   std::vector<int64_t> layer_base_;
   int64_t slot_stride_ = 0;
-  std::vector<int32_t> table_;               // the device's entries, as planned
-  std::vector<const SequenceState*> owner_;  // [n_slots] the sequence a slot last served
-  std::unordered_map<const SequenceState*, int32_t> slot_of_;  // owner_'s inverse
+  std::vector<int32_t> table_;  // the device's entries, as planned
+  // [n_slots] the lease of the state a slot last served (SequenceState::device_slot holds it).
+  std::vector<uint64_t> lease_;
+  uint64_t last_lease_ = 0;
   std::vector<uint64_t> last_used_;   // [n_slots] the step it last served in (0: never)
   std::vector<uint64_t> generation_;  // [n_slots] its owner's generation when last synced
   std::vector<int64_t> capacity_;     // [n_slots] and its capacity_tokens then

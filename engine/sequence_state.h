@@ -30,6 +30,23 @@ class PageListGeneration {
   uint64_t value_ = 0;
 };
 
+// The slot a device's block tables (engine/block_tables.h) gave a state: it moves with the
+// state's page lists, and a copy (whose lists may then change apart) starts without one.
+struct DeviceSlotHint {
+  const void* tables = nullptr;  // the BlockTables that gave it
+  int32_t slot = -1;
+  uint64_t lease = 0;  // which of the slot's owners: the tables number each assignment
+  DeviceSlotHint() = default;
+  DeviceSlotHint(const void* t, int32_t s, uint64_t l) : tables(t), slot(s), lease(l) {}
+  DeviceSlotHint(const DeviceSlotHint&) {}
+  DeviceSlotHint& operator=(const DeviceSlotHint&) {
+    *this = DeviceSlotHint();
+    return *this;
+  }
+  DeviceSlotHint(DeviceSlotHint&&) = default;
+  DeviceSlotHint& operator=(DeviceSlotHint&&) = default;
+};
+
 struct SequenceState {
   std::vector<std::vector<int32_t>> layer_pages;  // [n_layers], logical order
   int64_t capacity_tokens = 0;                    // tokens the pages can hold
@@ -43,6 +60,12 @@ struct SequenceState {
   // whose capacity_tokens has not moved. 0 (a state built by hand, or a copy) promises nothing:
   // its lists are compared whole.
   PageListGeneration generation;
+  // The slot a device's block tables last gave these lists: the tables keep it for the state
+  // while its lease is the slot's latest (no lookup a sequence a step). Only a hint: which entries
+  // a slot holds is trusted by `generation` alone, so a stale hint costs writes, never a wrong
+  // entry. It follows the lists, not the object's address, so which slots a schedule gets does not
+  // depend on where the heap puts requests.
+  mutable DeviceSlotHint device_slot;
   bool allocated() const { return !layer_pages.empty(); }
 };
 

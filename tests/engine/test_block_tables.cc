@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <new>
 #include <random>
 #include <set>
 
@@ -89,6 +90,53 @@ TEST(BlockTables, WritesOnlyWhatChangedBetweenSteps) {
   EXPECT_EQ(slots, (std::vector<int32_t>{first[1], first[0]})) << "each keeps its slot";
   dev.apply(t, w);
   expect_device_holds(t, dev, {&b, &a}, slots);
+}
+
+// A slot follows a state's page lists, not the object's address (SequenceState::device_slot):
+// lists moved to another object (the prefix cache taking a finished turn, a session's next turn
+// taking them back) keep their slot and send nothing; a copy, or a new state where an old one
+// lived, is given a slot afresh. So which slots a schedule gets is the same on every run.
+TEST(BlockTables, ASlotFollowsTheListsNotTheObject) {
+  BlockTables t(layer_blocks(), 4);
+  Device dev(t);
+  auto a = std::make_unique<SequenceState>(state({{1}, {2, 3}, {4}}));
+  a->generation = 101;
+  SequenceState b = state({{5}, {6}, {7}});
+  b.generation = 102;
+  std::vector<int32_t> slots;
+  std::vector<BlockWrite> w;
+  t.plan({a.get(), &b}, slots, w);
+  dev.apply(t, w);
+  const int32_t slot_a = slots[0], slot_b = slots[1];
+
+  auto moved = std::make_unique<SequenceState>(std::move(*a));
+  a.reset();
+  w.clear();
+  t.plan({moved.get(), &b}, slots, w);
+  EXPECT_EQ(slots, (std::vector<int32_t>{slot_a, slot_b})) << "moved lists keep their slot";
+  EXPECT_TRUE(w.empty()) << "and the device holds them already";
+
+  SequenceState copy = b;  // generation 0: compared with whatever its slot holds
+  w.clear();
+  t.plan({moved.get(), &copy}, slots, w);
+  EXPECT_EQ(slots[0], slot_a);
+  EXPECT_NE(slots[1], slot_b) << "a copy does not take the original's slot";
+  EXPECT_EQ(w.size(), 3u) << "its whole table, in a slot never used";
+  dev.apply(t, w);
+  expect_device_holds(t, dev, {moved.get(), &copy}, slots);
+
+  // A new state in the very storage of one that held a slot: no hint, so a slot afresh.
+  const SequenceState* where = moved.get();
+  moved->~SequenceState();
+  new (moved.get()) SequenceState(state({{9}, {10}, {11}}));
+  ASSERT_EQ(moved.get(), where);
+  w.clear();
+  t.plan({moved.get(), &b}, slots, w);
+  EXPECT_NE(slots[0], slot_a) << "the address says nothing";
+  EXPECT_EQ(slots[1], slot_b);
+  EXPECT_EQ(w.size(), 3u);
+  dev.apply(t, w);
+  expect_device_holds(t, dev, {moved.get(), &b}, slots);
 }
 
 TEST(BlockTables, LayoutIsSlotMajorWithEachLayersOwnBlocks) {
