@@ -1,10 +1,10 @@
 """The host side of a decode step's page addressing on a device backend, page lists against block
 tables (bench/device_batch_bench.cc; docs/cuda.md "Device-resident page tables").
 
-  python3 bench/device_batch.py [--build-dir build/release] [--reps 3]
+  python3 bench/device_batch.py [--build-dir build/release] [--reps 3] [--tag NAME]
 
 Builds mixserve-device-batch-bench in --build-dir when it is missing, runs it, and writes
-bench/results/device-batch-<date>.json (Google Benchmark's JSON plus date, CPU, commit and load
+bench/results/device-batch-<date>[-<tag>].json (Google Benchmark's JSON plus date, CPU, commit and load
 average) and .png (µs a step and bytes uploaded, by batch and context).
 """
 import argparse
@@ -30,6 +30,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "release"))
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tag", default="", help="appended to the result files' names (a second run in a day)")
     args = ap.parse_args()
     binary = os.path.join(args.build_dir, "bench", "mixserve-device-batch-bench")
     if not os.path.exists(binary):
@@ -58,7 +59,7 @@ def main():
         print(f"{batch:>5} {ctx:>5} | {pl[0]:>13.2f} {pl[1]:>10.0f} | {bt[0]:>9.2f} {bt[1]:>7.0f} | "
               f"{bg[0]:>14.2f} | {bc[0]:>11.2f}")
     os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"device-batch-{date}")
+    path = os.path.join(RESULTS, f"device-batch-{date}" + (f"-{args.tag}" if args.tag else ""))
     with open(path + ".json", "w") as f:
         json.dump(result, f, indent=1)
     print("wrote", path + ".json")
