@@ -86,9 +86,16 @@ struct CudaBackend::Impl {
   // embedding has run), where the sampler reads a row's pending token (SampleRow::pending_row).
   const int32_t* batch_tokens = nullptr;
   // Refuses a sampled row outside the last pass's logits.
-  void check_sample_rows(const std::vector<SampleRow>& rows, const char* what) const {
+  // The rows of logits a pass over `b` writes (enqueue's last_logit_rows), known before it is
+  // queued, so that what a call cannot serve is refused before anything runs.
+  static int logit_rows_of(const ForwardBatch& b) {
+    if (b.tokens.empty()) return 0;
+    return b.all_logits ? static_cast<int>(b.tokens.size()) : b.n_seq();
+  }
+  static void check_sample_rows(const std::vector<SampleRow>& rows, int logit_rows,
+                                const char* what) {
     for (const SampleRow& r : rows)
-      if (r.row < 0 || r.row >= last_logit_rows)
+      if (r.row < 0 || r.row >= logit_rows)
         throw std::out_of_range(std::string(what) + ": row outside the forward pass's logits");
   }
   // Overlapped steps (launch_and_sample): the tokens the last launch sampled, where the next

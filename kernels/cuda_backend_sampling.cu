@@ -27,9 +27,13 @@ void CudaBackend::forward_and_sample(const ForwardBatch& b, const std::vector<Sa
                                      std::vector<SampledToken>& tokens, double* sample_seconds) {
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::forward_and_sample(b, rows, tokens, sample_seconds);
+  // Refused before anything is queued. Its sampler launch would take the host slot of a launch not
+  // yet collected (the two alternate), so overlapped launches are collected first.
+  if (!m.launched.empty())
+    throw std::logic_error("forward_and_sample: an overlapped launch is not collected yet");
   check_pending_rows(rows, b.tokens.size(), "forward_and_sample");
+  Impl::check_sample_rows(rows, Impl::logit_rows_of(b), "forward_and_sample");
   m.enqueue(b);
-  m.check_sample_rows(rows, "forward_and_sample");
   const auto t0 = std::chrono::steady_clock::now();
   const int launch = m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(m.cfg.vocab_size),
                                       rows, nullptr, m.batch_tokens);
@@ -66,13 +70,17 @@ void CudaBackend::launch_and_sample(const ForwardBatch& b, const std::vector<Sam
                                     const std::vector<int32_t>& keep_logits) {
   Impl& m = *impl_;
   if (!m.device_sampling) return Backend::launch_and_sample(b, rows, keep_logits);
-  m.reserve_fed_tokens(static_cast<int>(rows.size()));
+  // Everything it cannot serve is refused before anything is queued: a refused launch changes no
+  // state and leaves the last launch's tokens where the next one reads them.
   check_pending_rows(rows, b.tokens.size(), "launch_and_sample");
-  m.enqueue(b, true);
-  m.check_sample_rows(rows, "launch_and_sample");
+  const int logit_rows = Impl::logit_rows_of(b);
+  Impl::check_sample_rows(rows, logit_rows, "launch_and_sample");
   for (int32_t row : keep_logits)
-    if (row < 0 || row >= m.last_logit_rows)
+    if (row < 0 || row >= logit_rows)
       throw std::out_of_range("launch_and_sample: kept row outside the forward pass's logits");
+  CUDA_CHECK(cudaSetDevice(m.opts.device));  // before reserve_fed_tokens allocates
+  m.reserve_fed_tokens(static_cast<int>(rows.size()));
+  m.enqueue(b, true);
   const int64_t V = m.cfg.vocab_size;
   Impl::Launch l;
   l.sampler_launch = m.sampler.launch(m.stream, m.logits.get(), static_cast<int>(V), rows,

@@ -25,7 +25,10 @@ class DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // Contents are lost when the buffer grows; returns true when it was reallocated.
+  // Contents are lost when the buffer grows; returns true when it was reallocated. Safe while a
+  // launch that reads the old buffer is in flight (overlapped steps): cudaFree waits for the
+  // device first (implicit synchronization, CUDA programming guide) — which cudaFreeAsync would
+  // not, so do not switch to it without an event to wait on.
   bool reserve(size_t n) {
     if (n <= n_) return false;
     cudaFree(p_);

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kChainThreads, 1)
     if (owned == 0) continue;  // no tile here: on to the next barrier
     const ChainPhase<WT>& ph = c.phase[p];
     const int M = ph.M, N = plan.n[p], K = plan.k[p], C = sum_chunks(K), T = plan.tile_outputs(p);
-    const int row_floats = split_gemv_padded(K);
+    const int row_floats = split_gemv_row_floats(K);
     PlainLoader a{ph.in, K, nullptr, nullptr};
     a.bind(stats, kChainRows);
     // Thread e finishes output (e % M) of tile t's output e / M when a tile has at most one output

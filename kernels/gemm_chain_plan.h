@@ -150,7 +150,7 @@ struct ChainPlan {
 
 // The ordered kernel's shared memory: the M rows of A (each chunk padded by 4 floats:
 // split_gemv_padded, as gemv_ordered.cu), then the chunk sums of a tile, [T·C items][kChainRows].
-constexpr int kChainOrderedRowFloats = split_gemv_padded(kChainMaxK);
+constexpr int kChainOrderedRowFloats = split_gemv_row_floats(kChainMaxK);
 constexpr int kChainOrderedSmemFloats =
     kChainRows * kChainOrderedRowFloats + kChainThreads * kChainRows;
 static_assert(kChainOrderedSmemFloats * 4 + 2 * kChainRows * 4 <= 48 * 1024,

@@ -74,10 +74,17 @@ MIXSERVE_HD constexpr int split_gemv_grid(int tiles, int row_blocks, int residen
 MIXSERVE_HD constexpr int split_gemv_padded(int k) {
   return k + k / kSumChunk * 4;
 }
+// The stride of those rows (row r at r · split_gemv_row_floats(K)): the padded row rounded up to
+// whole 16-byte loads, so that every row's float4 loads are aligned whatever K is — a K of 13 or
+// 2,730 (a d_ff not a multiple of 4) put row 1's loads off 16 bytes, which traps
+// (cudaErrorMisalignedAddress) wherever a block holds two rows or more.
+MIXSERVE_HD constexpr int split_gemv_row_floats(int k) {
+  return (split_gemv_padded(k) + 3) / 4 * 4;
+}
 // The kernel's shared floats: M rows of A, then every chunk sum of the block's outputs (8 rows).
 MIXSERVE_HD constexpr int64_t split_gemv_smem_floats(int M, int K) {
   const SplitGemvShape s = split_gemv_shape(K);
-  return int64_t{M} * split_gemv_padded(K) + int64_t{s.outputs} * sum_chunks(K) * 8;
+  return int64_t{M} * split_gemv_row_floats(K) + int64_t{s.outputs} * sum_chunks(K) * 8;
 }
 
 }  // namespace mixserve::cuda

@@ -62,7 +62,7 @@ struct Smem {
 __device__ __forceinline__ Smem smem_of(const SplitGemvShape& shape, int M, int K) {
   extern __shared__ float4 smem4[];
   float* As = reinterpret_cast<float*>(smem4);
-  float* sums = As + M * split_gemv_padded(K);
+  float* sums = As + M * split_gemv_row_floats(K);
   return {As, sums, sums + shape.outputs * sum_chunks(K) * kRows};
 }
 
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
   });
   const int m0 = blockIdx.y * kRows, M = min(kRows, rows - m0);  // this block's rows: m0 …
   const int C = sum_chunks(K);
-  int row_floats = split_gemv_padded(K);
+  int row_floats = split_gemv_row_floats(K);
   Place p = place_of(shape, M, N, K, blockIdx.x);
   if (!early_weights && p.sums) w.load(W, group_scales, p.n, p.c, K);
   // Thread e finishes output (r, jj) of each tile — one at most a thread (outputs · M ≤ the

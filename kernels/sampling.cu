@@ -353,6 +353,11 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
                           const std::vector<SampleRow>& rows, int32_t* next_tokens,
                           const int32_t* batch_tokens) {
   const int n = static_cast<int>(rows.size());
+  // Refused before the launch takes a number: the two host slots alternate with it.
+  if (!batch_tokens)
+    for (const SampleRow& r : rows)
+      if (r.pending_row >= 0 && !r.history->seen.empty())
+        throw std::invalid_argument("DeviceSampler: a pending row without the batch's tokens");
   const int number = launches_++;
   HostSlot& slot = slots_[number % 2];
   slot.copied_logprobs = false;
@@ -381,11 +386,7 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
     logprobs |= d.want_logprob != 0;
     // A pending token counts where the history would count it: a tracked one (a penalised row).
     const bool pending = r.pending_row >= 0 && !h.seen.empty();
-    if (pending) {
-      if (!batch_tokens)
-        throw std::invalid_argument("DeviceSampler: a pending row without the batch's tokens");
-      d.pending_row = r.pending_row;
-    }
+    if (pending) d.pending_row = r.pending_row;
     d.seen_begin = d.seen_end = static_cast<int32_t>(lists.size());
     if (p.repetition_penalty != 1.0f && !h.seen.empty()) {
       for (int t = 0; t < static_cast<int>(h.seen.size()) && t < V; ++t)

@@ -84,7 +84,7 @@ __device__ __forceinline__ void run_gemm(const ChainArgs<WT>& c, int p, int m0, 
   static_assert(kLagChunk == kSumGroupK, "SHE's partial sums are the order's groups (SeqSum)");
   const ChainPhase<WT>& ph = c.phase[p];
   const SeqTiles t = tiles_of(c, p);
-  const int K = t.k, row_floats = split_gemv_padded(K);
+  const int K = t.k, row_floats = split_gemv_row_floats(K);
   float* As = row_of_a();
   const int i = threadIdx.x;
   FinishInputs fin[kSeqMaxRows];  // for output nb·T + i of the n-block being summed

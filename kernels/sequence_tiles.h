@@ -45,7 +45,7 @@ constexpr int64_t kSeqMaxMatrixBytes = 1 << 20;  // larger matrices are not stre
 // (split_gemv_padded) and the norm's weights and biases for K ≤ 1,024; a block core's scratch in a
 // core phase.
 constexpr int kSeqNormStageK = 1024;
-constexpr int kSeqRowFloats = split_gemv_padded(kSeqMaxK);  // a phase's rows of A
+constexpr int kSeqRowFloats = split_gemv_row_floats(kSeqMaxK);  // a phase's rows of A
 constexpr int kSeqScratchFloats = kSeqRowFloats + 2 * kSeqNormStageK;
 // Sequences one block may take: two keep batch 256 (the most sequence blocks take by default) to
 // one wave on 132 multiprocessors; more would cost each thread registers for every row's sums.
@@ -59,7 +59,7 @@ constexpr int kSeqMaxRows = 2;
 // output of every row is still its own FMA chain, so the bits do not depend on it.
 MIXSERVE_HD constexpr int seq_rows_per_block(int sequences, int sms, int wanted, int max_k) {
   int rows = wanted > 0 ? wanted : (sequences + sms - 1) / sms;
-  const int fit = kSeqRowFloats / split_gemv_padded(max_k > 0 ? max_k : 1);
+  const int fit = kSeqRowFloats / split_gemv_row_floats(max_k > 0 ? max_k : 1);
   if (rows > kSeqMaxRows) rows = kSeqMaxRows;
   if (rows > fit) rows = fit;
   if (rows > sequences) rows = sequences;

@@ -275,5 +275,60 @@ TEST(CudaEngine, OverlappedStepsGiveTheTokensOfStepsOneAtATime) {
     });
 }
 
+// What CudaBackend::launch_and_sample cannot serve — a sample row or a kept logits row outside
+// the pass's logits — is refused before anything is queued: no pass runs, the next launch still
+// reads the last good launch's token, and collects return only the launches queued. And
+// forward_and_sample refuses to run while an overlapped launch is not collected (its sampler
+// launch would take that launch's host slot). The tokens are those of a twin backend fed from
+// the host.
+TEST(CudaBackend, ARefusedLaunchQueuesNothing) {
+  SKIP_WITHOUT_GPU();
+  const Fixture fx = load_fixture("rwkv");
+  auto a = gpu_backend(fx), b = gpu_backend(fx);
+  if (!a->device_sampling()) GTEST_SKIP() << "host sampling (MIXSERVE_CUDA_SAMPLING=host)";
+  Runner ra{*a}, rb{*b};
+  SequenceState sa, sb;
+  ASSERT_TRUE(ra.alloc.admit(sa, 16));
+  ASSERT_TRUE(rb.alloc.admit(sb, 16));
+  const std::vector<int32_t> prompt{fx.tokens.begin(), fx.tokens.begin() + 5};
+  const int n = static_cast<int>(prompt.size());
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  TokenHistory h;
+  h.init(prompt, static_cast<int>(fx.cfg.vocab_size), false);
+  const std::vector<SampleRow> rows = {{0, &greedy, &h, 0, false}};
+
+  ForwardBatch first;
+  first.add_sequence(prompt.data(), n, 0, sa);
+  a->launch_and_sample(first, rows);
+  const int32_t fed = ForwardBatch::sampled_token(0);
+  ForwardBatch second;
+  second.add_sequence(&fed, 1, n, sa);
+  EXPECT_THROW(a->launch_and_sample(second, {{1, &greedy, &h, 0, false}}), std::out_of_range)
+      << "a sample row past the pass's one row of logits";
+  EXPECT_THROW(a->launch_and_sample(second, rows, {1}), std::out_of_range) << "a kept row past it";
+  std::vector<SampledToken> tokens;
+  EXPECT_THROW(a->forward_and_sample(second, rows, tokens), std::logic_error)
+      << "a launch is not collected yet";
+  a->launch_and_sample(second, rows);  // still fed the first launch's token
+  SampledStep one, two, none;
+  a->collect_sampled(one);
+  a->collect_sampled(two);
+  EXPECT_THROW(a->collect_sampled(none), std::logic_error) << "the refused launches queued nothing";
+
+  std::vector<SampledToken> want;
+  ForwardBatch host_first;
+  host_first.add_sequence(prompt.data(), n, 0, sb);
+  b->forward_and_sample(host_first, rows, want);
+  ASSERT_EQ(one.tokens.size(), 1u);
+  EXPECT_EQ(one.tokens[0].token, want[0].token);
+  ForwardBatch host_second;
+  host_second.add_sequence(&want[0].token, 1, n, sb);
+  b->forward_and_sample(host_second, rows, want);
+  ASSERT_EQ(two.tokens.size(), 1u);
+  EXPECT_EQ(two.tokens[0].token, want[0].token);
+  EXPECT_EQ(ra.read_state(sa, n + 1), rb.read_state(sb, n + 1)) << "the states, bit for bit";
+}
+
 }  // namespace
 }  // namespace mixserve::testing

@@ -129,5 +129,22 @@ TEST(GemmTiles, SplitGemvPaddingSpreadsChunksOverTheBanks) {
     }
 }
 
+// A's rows in shared memory (gemv_ordered.cu, the K-chunked chains, the sequence kernel): row r at
+// r · split_gemv_row_floats(K), each 16-byte load at split_gemv_padded(k0) with k0 a multiple of
+// 4. Every such load is aligned for every K and row — with the padded length as the stride, K = 13
+// or a d_ff of 2,730 put row 1's loads off 16 bytes, which traps on the GPU — the rows do not
+// overlap, and the stride wastes at most 3 floats.
+TEST(GemmTiles, EveryLoadOfARowOfAIsAligned) {
+  for (int K = 1; K <= 4096; ++K) {
+    const int stride = split_gemv_row_floats(K);
+    for (int r = 0; r < 8; ++r)
+      for (int k0 = 0; k0 < K; k0 += 4)
+        ASSERT_EQ((r * stride + split_gemv_padded(k0)) % 4, 0) << "K " << K << " row " << r;
+    ASSERT_GT(stride, split_gemv_padded(K - 1)) << "row r + 1 begins past row r's last term";
+    ASSERT_LT(stride, split_gemv_padded(K) + 4);
+    ASSERT_GE(split_gemv_smem_floats(8, K), 8 * stride);
+  }
+}
+
 }  // namespace
 }  // namespace mixserve::cuda

@@ -374,16 +374,17 @@ TEST(SequenceTiles, SequencesABlock) {
   for (int sequences = 1; sequences <= 600; sequences += 7)
     for (int sms : {1, 8, 78, 132})
       for (int wanted = 0; wanted <= kSeqMaxRows; ++wanted)
-        for (int k : {1, 64, 128, 500, 512, 1024, 1500, 2048, 4096}) {
+        for (int k : {1, 13, 64, 128, 500, 512, 1024, 1500, 2047, 2048, 2730, 4096}) {
           const int rows = seq_rows_per_block(sequences, sms, wanted, k);
           ASSERT_GE(rows, 1);
           ASSERT_LE(rows, std::min(kSeqMaxRows, sequences));
-          ASSERT_LE(rows * split_gemv_padded(k), kSeqRowFloats) << k;
+          ASSERT_LE(rows * split_gemv_row_floats(k), kSeqRowFloats) << k;
           if (wanted > 0) {
             ASSERT_LE(rows, wanted);
           }
           // One wave where the limits allow it; no more rows than that needs.
-          const int fit = std::min({kSeqMaxRows, kSeqRowFloats / split_gemv_padded(k), sequences});
+          const int fit =
+              std::min({kSeqMaxRows, kSeqRowFloats / split_gemv_row_floats(k), sequences});
           if (wanted == 0) {
             ASSERT_EQ(rows, std::min(fit, (sequences + sms - 1) / sms));
           }
