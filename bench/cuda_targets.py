@@ -78,11 +78,40 @@ def best_option(rs, mixer, batch, key, lower_is_better=True):
     return best
 
 
+def paper_runs(rs):
+    """({label: results}, [labels]) of the runs comparable with the defaults: the same config and
+    prompt (not the large config, not long-context runs such as quick-more's long-lists). A run whose
+    options are the defaults' (ordered's many-rows: the defaults at batches 64 and 256) is no
+    option: its cells fill those the defaults lack, and its label is listed second."""
+    defaults = rs.get("defaults")
+    if not defaults or not defaults.get("results"):
+        return {}, []
+    first = defaults["results"][0]
+    config, prompt, options = defaults.get("config"), first.get("prompt"), first.get("options")
+    have = {(r["mixer"], r["batch"]) for r in defaults["results"]}
+    paper, merged = {}, []
+    for label, data in sorted(rs.items()):
+        if label == "defaults" or data.get("config") != config:
+            continue
+        results = [r for r in data["results"] if r.get("prompt") == prompt]
+        if not results:
+            continue
+        if options is not None and all(r.get("options") == options for r in results):
+            extra = [r for r in results if (r["mixer"], r["batch"]) not in have]
+            have |= {(r["mixer"], r["batch"]) for r in extra}
+            defaults = dict(defaults, results=defaults["results"] + extra)
+            merged.append(label)
+            continue
+        paper[label] = dict(data, results=results)
+    paper["defaults"] = defaults
+    return paper, merged
+
+
 def targets(d):
     rs = runs(d)
     sampled = load(os.path.join(d, "cuda-bench-sampling-full.json"))
-    paper = {k: v for k, v in rs.items() if not k.startswith("large") and v.get("config", {}).get("d") != 1024}
-    out = {"dir": d, "targets": []}
+    paper, merged = paper_runs(rs)
+    out = {"dir": d, "targets": [], "defaults_also_from": merged}
     defaults = paper.get("defaults")
     if defaults:
         out.update(device=defaults.get("device"), date=defaults.get("date"), commit=defaults.get("commit"))
@@ -122,7 +151,8 @@ def targets(d):
                                holds=bool(rows) and all(r["holds"] for r in rows)))
 
     # 3. the peers
-    peer, _ = load_peers(sorted(glob.glob(os.path.join(d, "peer*.json"))))
+    peer, sources = load_peers(sorted(glob.glob(os.path.join(d, "peer*.json"))))
+    unread = [f"{os.path.basename(p)}: {s['error']}" for p, s in sources.items() if "error" in s]
     rows = []
     for r in (defaults["results"] if defaults and peer else []):
         p, name = fastest_peer(peer, r["mixer"], r["batch"])
@@ -137,7 +167,7 @@ def targets(d):
                          best_option_x=p / opt_us if opt_us else None, holds=p / best >= 3.0))
     out["targets"].append(dict(target="≥ 3× the fastest PyTorch peer, every mixer and batch (device µs)",
                                rows=rows, holds=bool(rows) and all(r["holds"] for r in rows),
-                               missing=None if peer else "no peer*.json"))
+                               missing="; ".join(unread) if unread else None if peer else "no peer*.json"))
 
     # 4. the large config's bandwidth
     sync = load(os.path.join(d, "cuda-sync.json")) or {}

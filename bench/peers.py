@@ -20,6 +20,9 @@ def load_peers(paths):
         except (OSError, ValueError) as e:  # a peer run failed: keep the other peers
             sources[path] = {"error": repr(e)[:200]}
             continue
+        if not isinstance(got, dict):
+            sources[path] = {"error": f"not a JSON object: {type(got).__name__}"}
+            continue
         cases.update({k: v for k, v in got.items() if "/B" in k})
         sources[path] = {k: v for k, v in got.items() if "/B" not in k}
     return cases, sources

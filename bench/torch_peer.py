@@ -149,9 +149,14 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
+    if a.ctx <= PROMPT or a.steps < 1 or a.rounds < 1:
+        p.error(f"--ctx must pass the {PROMPT}-token prompt, --steps and --rounds be at least 1")
+    kinds = list(MIXERS) if a.kinds == "all" else a.kinds.split(",")
+    unknown = [k for k in kinds if k not in MIXERS]
+    if unknown:
+        p.error(f"unknown --kinds {','.join(unknown)} (known: {','.join(MIXERS)})")
     device = torch.device(a.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
-    kinds = list(MIXERS) if a.kinds == "all" else a.kinds.split(",")
     res = {"peer": "bench/torch_peer.py (reference/fast_step.py eager, reference/graph_step.py in a CUDA graph)",
            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "torch": torch.__version__, "cuda": torch.version.cuda, "dtype": str(dtype).replace("torch.", ""),
@@ -177,14 +182,23 @@ def main(argv=None):
                     except Exception as e:  # one case's failure (memory, a capture) keeps the others
                         res[name] = {"error": repr(e)[:300]}
                     print(f"{name:<36} {json.dumps(res[name])}", file=sys.stderr, flush=True)
+                    save(res, a.out)  # after every case: a run cut off by its time limit keeps them
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     print(json.dumps(res, indent=1))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+    save(res, a.out)
     return res
+
+
+def save(res, path):
+    """res into path (when set) whole or not at all: written beside it, then renamed over it."""
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,18 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   launch_kernel_in_clusters(1, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory: raises its limit where `bytes` passes it
+// (by default 48 KB less the kernel's static shared memory), never lowers it — every layer of a
+// model (and every sampler) shares one kernel, and a later layer with smaller heads must not take
+// away what an earlier one needs.
+template <typename... Params>
+void allow_dynamic_smem(void (*kernel)(Params...), int bytes) {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  if (bytes > a.maxDynamicSharedSizeBytes)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
 inline int ceil_div(int64_t a, int64_t b) {
   return static_cast<int>((a + b - 1) / b);
 }

@@ -33,7 +33,10 @@ namespace {
 
 using namespace ordered_chunk;
 
-constexpr int kSmemBytes = 48 * 1024;  // without opting in to more
+// The kernel's static shared memory (the rows' norm statistics), and the dynamic bytes a launch
+// may ask for without opting in to more: 48 KB less the static ones (a launch over that fails).
+constexpr int kStatsFloats = 2 * kRows;
+constexpr int kSmemBytes = 48 * 1024 - kStatsFloats * static_cast<int>(sizeof(float));
 // Passes of up to this many rows run here, in blocks of 8 rows (grid y); more go to the tiled
 // kernel, whose tiles reuse each weight across their rows — the same bits either way, so the
 // split may follow M. MIXSERVE_CUDA_ORDERED_GEMV_ROWS overrides it (≥ 8).
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(kSplitGemvBlock, 1)
   };
   FinishInputs fin = finish_inputs_of(blockIdx.x);
   const Smem sm = smem_of(shape, M, K);
-  __shared__ float stats[2 * kRows];
+  __shared__ float stats[kStatsFloats];
   a.bind(stats, kRows);
   // 16 loads in flight a thread: a batch-1 row of K = 4,096 in one round trip at 256 threads.
   copy_rows<16>(a, sm.As, row_floats, M, K, stage_norm ? sm.norm : nullptr, m0,

@@ -438,9 +438,8 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
     ids_.reserve(static_cast<size_t>(n) * Vpad);
   }
   const int dyn = in_shared ? static_cast<int>(shared) : 0;
-  if (dyn > shared_limit_set_) {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+  if (dyn > shared_limit_set_) {  // a query a sampler at most a few times, not one a launch
+    allow_dynamic_smem(sample_kernel, dyn);
     shared_limit_set_ = dyn;
   }
   const size_t out_ints = static_cast<size_t>(n) * (2 + 2 * kMaxTopLogprobs);

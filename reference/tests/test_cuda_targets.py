@@ -82,6 +82,38 @@ class CudaTargets(unittest.TestCase):
         self.assertAlmostEqual(hbm["rows"][0]["of_measured"], 0.5)
         self.assertFalse(hbm["holds"])
 
+    def test_only_runs_like_the_defaults_compete(self):
+        defaults_options = {"sequence_blocks": False}
+        with tempfile.TemporaryDirectory() as d:
+            def opts(rs, **o):
+                return [dict(r, prompt=16, options=dict(defaults_options, **o)) for r in rs]
+            self.write(d, "cuda-bench.json", bench(opts([result("retnet", 1, 300), result("retnet", 64, 400)])))
+            # the defaults again at batches the defaults' file lacks (ordered's many-rows): cells
+            # for the defaults, not an option
+            self.write(d, "cuda-bench-many-rows.json",
+                       bench(opts([result("retnet", 64, 350), result("retnet", 256, 200)])))
+            # another context (quick-more's long-lists: l = 512, 400-token prompts), faster: no option
+            self.write(d, "cuda-bench-long-lists.json",
+                       bench([dict(r, prompt=400, options=defaults_options) for r in [result("retnet", 64, 100)]],
+                             config={"d": 128, "l": 512}))
+            self.write(d, "cuda-bench-sequence-blocks.json",
+                       bench(opts([result("retnet", 1, 250), result("retnet", 64, 390)], sequence_blocks=True)))
+            with open(os.path.join(d, "peer-tuned.json"), "w") as f:
+                f.write('{"tuned_eager_retnet/B1": {"ms_')  # a peer run cut off while it wrote
+            self.write(d, "peer.json", {"torch_cudagraph_retnet/B64": {"ms_per_step": 1.2}})
+            t = cuda_targets.targets(d)
+        self.assertEqual(t["defaults_also_from"], ["many-rows"])
+        one, many, peer, _ = t["targets"]
+        self.assertEqual([(r["best_option"], r["best_option_us"]) for r in one["rows"]], [("sequence-blocks", 250)])
+        rows = {r["mixer"]: r for r in many["rows"]}
+        self.assertEqual(rows["retnet"]["defaults_tok_s"], 256 / 200 * 1e6)  # many-rows' cell
+        self.assertIsNone(rows["retnet"]["best_option"])
+        self.assertIn("peer-tuned.json", peer["missing"])  # unreadable, and said so
+        prow = {(r["mixer"], r["batch"]): r for r in peer["rows"]}
+        self.assertEqual(prow[("retnet", 64)]["best_option"], "sequence-blocks")  # not long-lists
+        self.assertAlmostEqual(prow[("retnet", 64)]["best_option_x"], 1200 / 390)
+        self.assertFalse(peer["holds"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -93,8 +93,9 @@ TEST(GemmTiles, SplitGemvCoversEveryChunkOnce) {
   EXPECT_EQ(split_gemv_block(split_gemv_shape(1024), 8), 256);
   EXPECT_EQ(split_gemv_block(split_gemv_shape(128), 1), 32);
   EXPECT_EQ(split_gemv_block(split_gemv_shape(128), 3), 96);
-  EXPECT_LE(split_gemv_smem_floats(8, 1024) * 4, 48 * 1024);
-  EXPECT_LE(split_gemv_smem_floats(2, 4096) * 4, 48 * 1024);
+  // 48 KB less the kernel's static 2 · 8 floats of norm statistics (gemv_ordered.cu).
+  EXPECT_LE(split_gemv_smem_floats(8, 1024) * 4, 48 * 1024 - 64);
+  EXPECT_LE(split_gemv_smem_floats(2, 4096) * 4, 48 * 1024 - 64);
 }
 
 // gemv_ordered.cu's grid: one block a tile while they all fit on the GPU at once, else the blocks

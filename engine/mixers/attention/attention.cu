@@ -266,9 +266,7 @@ class CudaAttention : public CudaPart {
       sin_ = dw.f32(rope.sin);
     }
     smem_ = static_cast<int>(((1 + kAttnWarps) * h_ + cfg.max_seq_len) * sizeof(float));
-    if (smem_ > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      smem_));
+    allow_dynamic_smem(attention_kernel, smem_);
     if (dw.split_attention()) {
       keys_per_split_ = split_keys(static_cast<int>(cfg.max_seq_len));
       splits_ = max_splits(static_cast<int>(cfg.max_seq_len));

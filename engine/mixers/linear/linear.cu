@@ -218,9 +218,7 @@ class CudaLinear : public CudaPart {
                                    max_block_threads(linear_kernel), "CUDA linear attention");
     s_in_scratch_ = small + state <= kSeqScratchFloats;
     smem_ = static_cast<int>((small + (s_in_smem_ ? state : 0)) * sizeof(float));
-    if (smem_ > 48 * 1024)
-      CUDA_CHECK(
-          cudaFuncSetAttribute(linear_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
+    allow_dynamic_smem(linear_kernel, smem_);
   }
 
   void forward(const PartStep& st) override {

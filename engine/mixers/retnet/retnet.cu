@@ -160,9 +160,7 @@ class CudaRetnet : public CudaPart {
     threads_ = state_block_threads(columns_, s_in_smem_ ? int64_t{sh_.h} * sh_.hv : 0,
                                    max_block_threads(retnet_kernel), "CUDA retnet");
     smem_ = static_cast<int>((2 * sh_.h + (s_in_smem_ ? sh_.h * sh_.hv : 0)) * sizeof(float));
-    if (smem_ > 48 * 1024)
-      CUDA_CHECK(
-          cudaFuncSetAttribute(retnet_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_));
+    allow_dynamic_smem(retnet_kernel, smem_);
   }
 
   int64_t proj_floats_per_row() const override { return 2 * sh_.d + 2 * sh_.dv; }
