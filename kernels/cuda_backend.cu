@@ -231,7 +231,9 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const WeightSource& w,
     m.events.resize(2 * m.n_layers);
     for (cudaEvent_t& e : m.events) CUDA_CHECK(cudaEventCreate(&e));
   }
-  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  // The whole device, not only the backend's (non-blocking) stream: the weights went up by
+  // cudaMemcpy on the legacy stream, and no kernel may start before they are in.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaBackend::~CudaBackend() = default;

@@ -63,10 +63,12 @@ __device__ __forceinline__ void retnet_head(const RetnetArgs& a, int s, int hd, 
       const float cs = a.cos_t[pos * half + c], sn = a.sin_t[pos * half + c];
       const float qa = row[hd * h + i0], qb = row[hd * h + i1];
       const float ka = row[d + hd * h + i0], kb = row[d + hd * h + i1];
-      q[i0] = qa * cs - qb * sn;
-      q[i1] = qb * cs + qa * sn;
-      k[i0] = (ka * cs - kb * sn) * ks;
-      k[i1] = (kb * cs + ka * sn) * ks;
+      // Rounded as written (no FMA contraction, which ptxas may apply differently in this
+      // kernel and in the sequence kernel that runs the same head), as attention's rotate_pair.
+      q[i0] = __fsub_rn(__fmul_rn(qa, cs), __fmul_rn(qb, sn));
+      q[i1] = __fadd_rn(__fmul_rn(qb, cs), __fmul_rn(qa, sn));
+      k[i0] = __fmul_rn(__fsub_rn(__fmul_rn(ka, cs), __fmul_rn(kb, sn)), ks);
+      k[i1] = __fmul_rn(__fadd_rn(__fmul_rn(kb, cs), __fmul_rn(ka, sn)), ks);
     }
     __syncthreads();
     float o = 0.0f;
