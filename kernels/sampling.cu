@@ -19,10 +19,20 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kMaxSharedBytes = 192 * 1024;  // H100 allows 227 KB per block; keep headroom
-// The headroom holds the candidates' sort (sample_kernel's static arrays) and its Shared.
-static_assert(kMaxSharedBytes + kMaxSortCandidates * (sizeof(double) + sizeof(int)) + 1024 <=
-                  227 * 1024,
+// The candidates' sort (sample_candidates): its keys and ids, in the dynamic shared memory after
+// the vocabulary's copy (when that is there), only when the option is on — as static arrays they
+// took 24 KB of every launch, which halved the blocks a multiprocessor holds at V = 4,097…8,192.
+constexpr size_t kCandidateBytes = kMaxSortCandidates * (sizeof(double) + sizeof(int));
+// The headroom holds the candidates' sort and the kernel's Shared.
+static_assert(kMaxSharedBytes + kCandidateBytes + 1024 <= 227 * 1024,
               "the vocabulary's copy and the candidates' sort in one block's shared memory");
+// Where the candidates start in the dynamic shared memory: after the vocabulary's keys and ids
+// (Vpad of each) when they are there, 16-byte aligned.
+__host__ __device__ constexpr size_t candidates_at(int Vpad, bool vocab_in_shared) {
+  return vocab_in_shared
+             ? ((sizeof(double) + sizeof(int32_t)) * static_cast<size_t>(Vpad) + 15) / 16 * 16
+             : 0;
+}
 
 int pad_pow2(int v) {
   int p = 1;
@@ -105,9 +115,13 @@ __device__ double block_exclusive_scan(double v, double& total, Shared& sh) {
 // The first j in [0, n) whose running sum of weight(0..j) satisfies reached(sum), counting only
 // j with weight > 0 (a zero adds nothing, so the host never stops there either); n when none.
 // Each thread walks a contiguous chunk from the prefix before it. `total` gets the whole sum.
+// The chunks are those of `span` ≥ n entries (n by default): the running sums of places below n
+// are then those a walk of `span` entries adds, bit for bit (the candidates' walk, which stops at
+// their count, as the full sort's of the vocabulary).
 template <typename Weight, typename Reached>
-__device__ int first_reaching(int n, Weight weight, Reached reached, double& total, Shared& sh) {
-  const int chunk = (n + blockDim.x - 1) / blockDim.x;
+__device__ int first_reaching(int n, Weight weight, Reached reached, double& total, Shared& sh,
+                              int span = 0) {
+  const int chunk = (max(n, span) + blockDim.x - 1) / blockDim.x;
   const int b = min(n, static_cast<int>(threadIdx.x) * chunk), e = min(n, b + chunk);
   double local = 0;
   for (int j = b; j < e; ++j) local += weight(j);
@@ -226,6 +240,7 @@ __global__ void __launch_bounds__(kThreads)
     const double sum = block_sum(part, sh.d);
     int keep = V;
     if (P.top_k > 0) keep = min(keep, P.top_k);
+    const int sorted_keep = keep;  // what the full sort's top-p walk covers
     const bool need_order = keep < V || P.top_p < 1.0f;
     for (int i = tid; i < Vpad; i += nt) {
       key[i] = i < V ? key[i] / sum : -1.0;  // padding sorts after every probability
@@ -236,8 +251,8 @@ __global__ void __launch_bounds__(kThreads)
       // Sort the candidates that surely hold the kept prefix, else everything. The candidates'
       // sorted order is the vocabulary's first entries (sampling_candidates.h), copied over
       // key/ids' first places, and nothing after them is read: keep is at most their count.
-      __shared__ double cand_key[kMaxSortCandidates];
-      __shared__ int cand_id[kMaxSortCandidates];
+      double* cand_key = reinterpret_cast<double*>(dyn + candidates_at(Vpad, !key_ws));
+      int* cand_id = reinterpret_cast<int*>(cand_key + kMaxSortCandidates);
       bool sorted = false;
       if (candidates) {
         for (int b = tid; b < kProbBuckets; b += nt) sh.counts[b] = 0;
@@ -252,7 +267,9 @@ __global__ void __launch_bounds__(kThreads)
         }
         __syncthreads();
         const int last = sh.last, n = sh.candidates;  // the same in every thread
-        if (n <= kMaxSortCandidates && n < V) {
+        // n = 0 only where no probability is a number (a model's ∞ or NaN logits): the full
+        // sort then, as without the option.
+        if (n > 0 && n <= kMaxSortCandidates && n < V) {
           for (int i = tid; i < V; i += nt)
             if (prob_bucket(key[i]) <= last) {
               const int at = atomicAdd(&sh.filled, 1);  // any place: the sort orders them
@@ -276,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
         const double top_p = static_cast<double>(P.top_p);
         const int j = first_reaching(
             keep, [&](int k) { return key[k]; }, [&](double acc, double) { return acc >= top_p; },
-            total, sh);
+            total, sh, sorted_keep);
         if (j < keep) keep = j + 1;
       }
     }
@@ -437,7 +454,8 @@ int DeviceSampler::launch(cudaStream_t stream, const float* logits, int V,
     keys_.reserve(static_cast<size_t>(n) * Vpad);
     ids_.reserve(static_cast<size_t>(n) * Vpad);
   }
-  const int dyn = in_shared ? static_cast<int>(shared) : 0;
+  const int dyn =
+      static_cast<int>(candidates_at(Vpad, in_shared) + (candidates_ ? kCandidateBytes : 0));
   if (dyn > shared_limit_set_) {  // a query a sampler at most a few times, not one a launch
     allow_dynamic_smem(sample_kernel, dyn);
     shared_limit_set_ = dyn;
