@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
@@ -307,9 +309,16 @@ TEST(CudaBackend, ARefusedLaunchQueuesNothing) {
   EXPECT_THROW(a->launch_and_sample(second, {{1, &greedy, &h, 0, false}}), std::out_of_range)
       << "a sample row past the pass's one row of logits";
   EXPECT_THROW(a->launch_and_sample(second, rows, {1}), std::out_of_range) << "a kept row past it";
+  // A pass it could otherwise run (a token on the host), so only the uncollected launch refuses it.
+  ForwardBatch on_host;
+  on_host.add_sequence(&prompt[0], 1, n, sa);
   std::vector<SampledToken> tokens;
-  EXPECT_THROW(a->forward_and_sample(second, rows, tokens), std::logic_error)
-      << "a launch is not collected yet";
+  try {
+    a->forward_and_sample(on_host, rows, tokens);
+    ADD_FAILURE() << "forward_and_sample ran while a launch was not collected";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not collected"), std::string::npos) << e.what();
+  }
   a->launch_and_sample(second, rows);  // still fed the first launch's token
   SampledStep one, two, none;
   a->collect_sampled(one);

@@ -45,6 +45,7 @@ TEST_P(SequenceBlocksModel, SameBitsBesideGemmChains) {
   sch.prefill = {{0, 4}, {4, 4}};
   sch.batches = {2, 5};
   sch.seed = 42;
+  const int64_t before = cuda::sequence_kernels_launched();
   auto set = [](CudaBackendOptions& o, bool on) {
     o.sequence_blocks = on;
     o.gemm_chains = on;
@@ -52,6 +53,7 @@ TEST_P(SequenceBlocksModel, SameBitsBesideGemmChains) {
   const std::string diff = option_bits_difference(
       fx_, option_maker(fx_, set, &CudaBackend::sequence_blocks), {CudaWeightType::kF16}, sch);
   EXPECT_EQ(diff, "") << GetParam();
+  EXPECT_GT(cuda::sequence_kernels_launched(), before) << "no sequence kernel ran";
 }
 
 // Blocks of two sequences (sequences_per_block; by default only above one wave, 132 sequences on
@@ -64,6 +66,7 @@ TEST_P(SequenceBlocksModel, TwoSequencesABlockSameBits) {
   sch.batches = {3, 5, 13};
   sch.alone_above = 8;
   sch.seed = 45;
+  const int64_t before = cuda::sequence_kernels_launched();
   auto set = [](CudaBackendOptions& o, bool on) {
     o.sequence_blocks = on;
     o.sequences_per_block = on ? 2 : 0;
@@ -73,6 +76,7 @@ TEST_P(SequenceBlocksModel, TwoSequencesABlockSameBits) {
       {CudaWeightType::kF16, CudaWeightType::kF32, CudaWeightType::kInt8, CudaWeightType::kInt4},
       sch);
   EXPECT_EQ(diff, "") << GetParam();
+  EXPECT_GT(cuda::sequence_kernels_launched(), before) << "no sequence kernel ran";
 }
 
 // In the K-chunked order (ordered_sums on both sides): the sequence kernel sums each output's
@@ -85,6 +89,7 @@ TEST_P(SequenceBlocksModel, SameBitsInTheKChunkedOrder) {
     sch.batches = {1, 3, 8};
     sch.alone_above = 4;
     sch.seed = 47 + per;
+    const int64_t before = cuda::sequence_kernels_launched();
     auto set = [per](CudaBackendOptions& o, bool on) {
       o.ordered_sums = true;
       o.sequence_blocks = on;
@@ -95,6 +100,7 @@ TEST_P(SequenceBlocksModel, SameBitsInTheKChunkedOrder) {
         {CudaWeightType::kF16, CudaWeightType::kBF16, CudaWeightType::kInt8, CudaWeightType::kInt4},
         sch);
     EXPECT_EQ(diff, "") << GetParam() << ", " << per << " sequences a block";
+    EXPECT_GT(cuda::sequence_kernels_launched(), before) << per << ": no sequence kernel ran";
   }
 }
 

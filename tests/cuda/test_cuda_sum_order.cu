@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda_backend.h"
+#include "kernels/gemm_parts.cuh"
 #include "kernels/sum_order.h"
 #include "tests/cuda/device_gemm.cuh"
 
@@ -71,7 +72,7 @@ TEST(OrderedSums, GemmBitsEqualTheHostEmulator) {
 // before the wait for the previous kernel with early_weights, with the rows without it; blocks of
 // only the row groups a pass has; blocks that walk several tiles) give the tiled kernel's bits in
 // the same order: layer norm with and without biases, RMS norm, rows gathered, K from 128 to 4,096,
-// M 1…9.
+// M 1…9 (1 and 2 at K = 4,096, where more rows do not fit its 48 KB).
 TEST(OrderedSums, SmallBatchKernelNormsRowsAsTheTileDoes) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(5);
@@ -97,6 +98,9 @@ TEST(OrderedSums, SmallBatchKernelNormsRowsAsTheTileDoes) {
     for (int norm = 0; norm < 3; ++norm)  // layer norm, without biases, RMS
       for (bool gathered : {false, true})
         for (int M : {1, 2, 3, 8, 9}) {
+          // K = 4,096: three rows or more do not fit the small-batch kernel's 48 KB (the tile's
+          // bits alone, nothing to compare).
+          if (K == 4096 && M > 2) continue;
           GemmIn in;
           in.x = dx.get();
           in.ldx = K;
@@ -112,6 +116,8 @@ TEST(OrderedSums, SmallBatchKernelNormsRowsAsTheTileDoes) {
             dw.use_small_batch_gemv(variant > 0);
             dw.use_early_weights(variant == 1);
             const DevMatrix m = dw.matrix(w.data(), bias.data(), N, K);
+            if (variant > 0)
+              ASSERT_TRUE(gemv_ordered_applies(m, M)) << "K " << K << " M " << M << ": the tile's";
             got.push_back(device_gemm(m, in, dy.get(), M));
           }
           for (int variant = 1; variant < 3; ++variant)
