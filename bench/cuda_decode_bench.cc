@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -105,15 +107,6 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
   o.graphs = graphs;
   o.pool_bytes = int64_t{1} << 30;
   o.device_sampling = device_sampling;  // forward() copies the logits either way
-  CudaBackend backend(cfg, w, o);
-  if (backend.device_sampling() != device_sampling)
-    throw std::runtime_error("MIXSERVE_CUDA_SAMPLING overrides --device-sampling: unset it");
-  const int modes = device_sampling ? 4 : 2;
-  PagePool pool(backend.total_pages());
-  StateAllocator alloc(backend, pool);
-  std::mt19937 rng(1);
-  const int V = static_cast<int>(cfg.vocab_size);
-  std::uniform_int_distribution<int> tok(0, V - 1);
   const int warm = 8, timed = prompt + warm + steps;
   if (timed > cfg.max_seq_len) throw std::invalid_argument("prompt + steps exceed max_seq_len");
   // With --device-sampling, up to `steps` overlapped greedy steps after the others (and one to
@@ -122,6 +115,26 @@ nlohmann::json bench(const ModelConfig& cfg, const WeightSource& w, CudaWeightTy
       device_sampling ? std::max(0, std::min(steps, static_cast<int>(cfg.max_seq_len) - timed - 1))
                       : 0;
   const int total = timed + (overlapped_steps > 0 ? overlapped_steps + 1 : 0);
+  auto backend_ptr = std::make_unique<CudaBackend>(cfg, w, o);
+  {  // 1 GiB of state, or what the batch needs where that is more (the large config's attention
+     // holds 50,304 pages of 4 KB a sequence at its context: five fit in 1 GiB)
+    PagePool probe(backend_ptr->total_pages());
+    const int64_t need = int64_t{batch} * StateAllocator(*backend_ptr, probe).pages_for(total);
+    if (need > backend_ptr->total_pages()) {
+      o.pool_bytes = (need + need / 16) * backend_ptr->page_floats() * int64_t{sizeof(float)};
+      backend_ptr.reset();
+      backend_ptr = std::make_unique<CudaBackend>(cfg, w, o);
+    }
+  }
+  CudaBackend& backend = *backend_ptr;
+  if (backend.device_sampling() != device_sampling)
+    throw std::runtime_error("MIXSERVE_CUDA_SAMPLING overrides --device-sampling: unset it");
+  const int modes = device_sampling ? 4 : 2;
+  PagePool pool(backend.total_pages());
+  StateAllocator alloc(backend, pool);
+  std::mt19937 rng(1);
+  const int V = static_cast<int>(cfg.vocab_size);
+  std::uniform_int_distribution<int> tok(0, V - 1);
   std::vector<SequenceState> seqs(batch);
   std::vector<std::vector<int32_t>> prompts(batch);
   ForwardBatch pre;
@@ -335,6 +348,13 @@ int main(int argc, char** argv) {
       {"tensor_cores",
        std::getenv("MIXSERVE_CUDA_TENSOR_CORES") ? std::getenv("MIXSERVE_CUDA_TENSOR_CORES") : "0"},
       {"results", nlohmann::json::array()}};
+  // The file whole or not at all (written beside it, then renamed over it).
+  auto save = [&] {
+    const std::string out = a.str("out");
+    if (out.empty()) return;
+    std::ofstream(out + ".tmp") << all.dump(1) << "\n";
+    std::rename((out + ".tmp").c_str(), out.c_str());
+  };
   try {
     const CudaWeightType wt = parse_cuda_weight_type(a.str("weights"));
     for (const std::string& mixer : a.strings("mixers")) {
@@ -351,18 +371,22 @@ int main(int argc, char** argv) {
         r["mixer"] = mixer;
         std::cout << r.dump() << std::endl;
         all["results"].push_back(r);
+        save();  // after every result: a failure or a time limit later keeps it
       }
       if (a.str("context-sweep") == "true") {
         nlohmann::json c = context_sweep(cfg, w, wt, static_cast<int>(a.integer("sweep-every")));
         c["mixer"] = mixer;
         std::cout << c.dump() << std::endl;
         all["context_sweep"].push_back(c);
+        save();
       }
     }
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
+    all["error"] = e.what();
+    save();
     return 1;
   }
-  if (!a.str("out").empty()) std::ofstream(a.str("out")) << all.dump(1) << "\n";
+  save();
   return 0;
 }
