@@ -4,6 +4,7 @@
 // and off; and at the real width with float16 weights. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -16,10 +17,17 @@ namespace {
 
 class CudaBackendOps : public ::testing::TestWithParam<MixerKind> {};
 
+// MIXSERVE_CUDA_OPS_MODELS (24 by default) draws fewer models: gpu-check's option steps run the
+// suite beside a dozen others on one GPU.
+int ops_models() {
+  const char* v = std::getenv("MIXSERVE_CUDA_OPS_MODELS");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : 24;
+}
+
 TEST_P(CudaBackendOps, EveryRowMatchesTheFloat64Model) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(1234 + static_cast<int>(GetParam()));
-  for (int model = 0; model < 24; ++model) {
+  for (int model = 0, models = ops_models(); model < models; ++model) {
     const RandomModel m = random_model(GetParam(), rng);
     CudaBackendOptions o;
     o.pool_bytes = 8 << 20;
