@@ -268,7 +268,9 @@ SampledToken sample_token(const float* logits, int vocab, const SamplingParams& 
     for (int32_t i : ids) mass += prob[i];
     const double u = counter_uniform(p.seed, step) * mass;
     double acc = 0;
-    chosen = ids.back();
+    // No id kept only where no probability is a number (a model's NaN or ∞ logits): its arg-max
+    // then, a token of the vocabulary whatever the values.
+    chosen = ids.empty() ? argmax(z.data(), vocab) : ids.back();
     for (int32_t i : ids) {
       acc += prob[i];
       if (u < acc) {

@@ -164,8 +164,9 @@ DevMatrix DeviceWeights::matrix(const float* w, const float* bias, int n, int k)
   auto upload_weights = [&](const void* host, int bits, const float* group_scales = nullptr) {
     const size_t bytes = static_cast<size_t>(n) * ((static_cast<size_t>(k) * bits + 7) / 8);
     m.w = upload(host, bytes);
+    if (!sequence_blocks_) return;  // (and seq_tiles is defined for n, k ≥ 1 only)
     const SeqTiles t = seq_tiles(n, k, bits);
-    if (sequence_blocks_ && t.arranged_bytes() <= kSeqMaxMatrixBytes && k <= kSeqMaxK) {
+    if (t.arranged_bytes() <= kSeqMaxMatrixBytes && k <= kSeqMaxK) {
       const std::vector<unsigned char> tiles = arrange_seq_tiles(host, n, k, bits, group_scales);
       // The same weights again: a step reads one copy or the other.
       m.seq_tiles = upload(tiles.data(), tiles.size(), false);

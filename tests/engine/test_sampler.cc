@@ -42,6 +42,32 @@ TEST(Sampler, GreedyTakesTheArgmax) {
   for (int step = 0; step < 50; ++step) EXPECT_EQ(sample_token(z.data(), 8, p, {}, step).token, 0);
 }
 
+// A model whose logits are no numbers (NaN, +∞) is broken, but the sampler must not be: every
+// recipe gives a token of the vocabulary (with NaN probabilities the top-p prefix is empty, and
+// the draw took the last of no ids).
+TEST(Sampler, LogitsThatAreNoNumbersStillGiveATokenOfTheVocabulary) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::vector<std::vector<float>> rows = {std::vector<float>(8, nan),
+                                                {1.0f, inf, 0.5f, 2.0f, inf, 0.0f, -1.0f, 3.0f},
+                                                {nan, 1.0f, 2.0f, nan, 0.5f, 0.0f, -1.0f, 3.0f},
+                                                std::vector<float>(8, -inf)};
+  for (const auto& z : rows)
+    for (float top_p : {1.0f, 0.9f})
+      for (int top_k : {0, 3})
+        for (float min_p : {0.0f, 0.1f})
+          for (float temperature : {0.0f, 1.0f}) {
+            SamplingParams p;
+            p.top_p = top_p;
+            p.top_k = top_k;
+            p.min_p = min_p;
+            p.temperature = temperature;
+            p.logprobs = 2;
+            const SampledToken t = sample_token(z.data(), 8, p, {}, 1, true);
+            EXPECT_GE(t.token, 0);
+            EXPECT_LT(t.token, 8);
+          }
+}
+
 TEST(Sampler, MinTokensSuppressesTheStopTokensUntilThen) {
   const auto z = test_logits();  // token 0 is the argmax, token 1 the next best
   SamplingParams p;
