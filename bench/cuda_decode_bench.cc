@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include <random>
 
 #include "bench/bench_args.h"
+#include "bench/json_out.h"
 #include "engine/mixers/registry.h"
 #include "engine/model_weights.h"
 #include "engine/page_pool.h"
@@ -348,13 +348,7 @@ int main(int argc, char** argv) {
       {"tensor_cores",
        std::getenv("MIXSERVE_CUDA_TENSOR_CORES") ? std::getenv("MIXSERVE_CUDA_TENSOR_CORES") : "0"},
       {"results", nlohmann::json::array()}};
-  // The file whole or not at all (written beside it, then renamed over it).
-  auto save = [&] {
-    const std::string out = a.str("out");
-    if (out.empty()) return;
-    std::ofstream(out + ".tmp") << all.dump(1) << "\n";
-    std::rename((out + ".tmp").c_str(), out.c_str());
-  };
+  auto save = [&] { write_json_file(a.str("out"), all); };
   try {
     const CudaWeightType wt = parse_cuda_weight_type(a.str("weights"));
     for (const std::string& mixer : a.strings("mixers")) {

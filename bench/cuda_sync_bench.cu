@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/json_out.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/sequence_tiles.h"  // the ring's shape: kSeqThreads, kSeqSlots, kSeqSlotBytes
 #include "mixserve_version.h"        // MIXSERVE_VERSION: git describe at build time
@@ -263,19 +264,18 @@ int main_(int argc, char** argv) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   nlohmann::json results = nlohmann::json::array();
-  // The streaming floors first: the HBM bandwidth is #24's fourth target's measure, which a
-  // barrier the driver refuses below must not cost.
   // Written after each part, so that a part that fails keeps what ran before it.
   auto save = [&] {
-    if (a.str("out").empty()) return;
     char date[64];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
     const nlohmann::json out = {
         {"device", prop.name},    {"date", date}, {"commit", MIXSERVE_VERSION},
         {"multiprocessors", sms}, {"kernels", n}, {"results", results}};
-    std::ofstream(a.str("out")) << out.dump(1) << "\n";
+    write_json_file(a.str("out"), out);
   };
+  // The streaming floors first: the HBM bandwidth is #24's fourth target's measure, which a
+  // barrier the driver refuses below must not cost.
   stream_floors(results, stream, sms, replays);
   save();
   for (int per_sm : {1, 2}) {

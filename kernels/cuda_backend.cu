@@ -294,7 +294,7 @@ int CudaBackend::Impl::enqueue(const ForwardBatch& b, bool fed) {
   else
     run(at);
   CUDA_CHECK(cudaEventRecord(step_end, stream));
-  last_logit_rows = out_real;
+  last_logit_rows = logit_rows_of(b);  // out_real: the pass has rows
   batch_tokens = step->batch(at).tokens;
   return out_real;
 }

@@ -85,13 +85,13 @@ struct CudaBackend::Impl {
   // The last pass's tokens on the device (its rows fed a sampled token hold it once the
   // embedding has run), where the sampler reads a row's pending token (SampleRow::pending_row).
   const int32_t* batch_tokens = nullptr;
-  // Refuses a sampled row outside the last pass's logits.
-  // The rows of logits a pass over `b` writes (enqueue's last_logit_rows), known before it is
-  // queued, so that what a call cannot serve is refused before anything runs.
+  // The rows of logits a pass over `b` writes (enqueue sets last_logit_rows to it), known before
+  // it is queued, so that what a call cannot serve is refused before anything runs.
   static int logit_rows_of(const ForwardBatch& b) {
     if (b.tokens.empty()) return 0;
     return b.all_logits ? static_cast<int>(b.tokens.size()) : b.n_seq();
   }
+  // Refuses a sampled row outside a pass's `logit_rows` rows of logits.
   static void check_sample_rows(const std::vector<SampleRow>& rows, int logit_rows,
                                 const char* what) {
     for (const SampleRow& r : rows)

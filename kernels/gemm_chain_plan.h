@@ -148,8 +148,9 @@ struct ChainPlan {
   }
 };
 
-// The ordered kernel's shared memory: the M rows of A (each chunk padded by 4 floats:
-// split_gemv_padded, as gemv_ordered.cu), then the chunk sums of a tile, [T·C items][kChainRows].
+// The ordered kernel's shared memory: the M rows of A (each chunk padded by 4 floats, each row
+// to whole 16-byte loads: split_gemv_row_floats, as gemv_ordered.cu), then the chunk sums of a
+// tile, [T·C items][kChainRows].
 constexpr int kChainOrderedRowFloats = split_gemv_row_floats(kChainMaxK);
 constexpr int kChainOrderedSmemFloats =
     kChainRows * kChainOrderedRowFloats + kChainThreads * kChainRows;
